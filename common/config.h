@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * config.h — kgpu.yaml, environment and command-line options, one table for all.
+ *
+ * Every option has a dotted YAML key ("kubelet.devicePluginPath"), optionally an
+ * environment variable and a long command-line flag. Precedence, lowest first:
+ * built-in default < file < environment < command line. config_load() applies them in
+ * that order into a fresh Config; on any error nothing is returned, so a daemon never
+ * runs half-configured. Errors are logged once by the caller from ret_error, which names
+ * the file, line and key ("/etc/kgpu/kgpu.yaml:12: intel.sharedDevNum: expected an
+ * unsigned integer, got 'x'"), the variable or the flag.
+ *
+ * Unknown keys in the file are errors. The file may be absent only when it is the
+ * default path; a path given by flag or environment must exist.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <getopt.h>
+
+#include "common/cleanup.h"
+
+#define KGPU_CONFIG_FILE_DEFAULT KGPU_SYSCONFDIR "/kgpu/kgpu.yaml"
+
+typedef enum ConfigAllocationPolicy {
+        ALLOCATION_POLICY_NONE,
+        ALLOCATION_POLICY_BALANCED,
+        ALLOCATION_POLICY_PACKED,
+} ConfigAllocationPolicy;
+
+typedef struct Config {
+        char *file;                     /* file read, NULL if none */
+
+        char *log_level;                /* logLevel, KGPU_LOG_LEVEL, --log-level */
+
+        /* Directories and sockets. */
+        char *state_directory;          /* stateDirectory, STATE_DIRECTORY */
+        char *runtime_directory;        /* runtimeDirectory, RUNTIME_DIRECTORY */
+        char *device_plugin_path;       /* kubelet.devicePluginPath, KGPU_DEVICE_PLUGIN_PATH, --device-plugin-path */
+        char *kubelet_socket;           /* kubelet.socket; default: device_plugin_path/kubelet.sock */
+        char *pod_resources_socket;     /* kubelet.podResourcesSocket, KGPU_POD_RESOURCES_SOCKET, --pod-resources-socket */
+
+        /* Users the daemons drop to when started as root. */
+        char *grpc_user;                /* grpc.user, KGPU_GRPC_USER, --user (grpcd) */
+        char *broker_user;              /* broker.user, KGPU_BROKER_USER, --user (brokerd) */
+
+        /* grpcd tuning. */
+        uint32_t grpc_max_connections;  /* grpc.maxConnections (default 64) */
+        uint32_t grpc_max_streams;      /* grpc.maxStreamsPerConnection (default 32) */
+        uint32_t grpc_max_message_size; /* grpc.maxMessageSize (default 4 MiB) */
+        uint32_t register_timeout_ms;   /* kubelet.registerTimeoutMs (default 5000) */
+        uint32_t broker_timeout_ms;     /* grpc.brokerTimeoutMs (default 2000) */
+
+        /* Intel. */
+        bool intel_enabled;             /* intel.enabled (default true) */
+        uint32_t intel_shared_dev_num;  /* intel.sharedDevNum, --shared-dev-num (default 1) */
+        ConfigAllocationPolicy intel_allocation_policy; /* intel.allocationPolicy, --allocation-policy */
+        char **intel_allow_ids;         /* intel.allowIDs: PCI device ids, empty = all */
+        char **intel_deny_ids;          /* intel.denyIDs */
+} Config;
+
+Config *config_free(Config *c);
+DEFINE_CLEANUP_FUNC(Config, config_free);
+
+/* A command-line override collected by a daemon's main() before loading. */
+typedef struct ConfigOverride {
+        const char *flag;       /* long option name without "--" */
+        const char *value;
+} ConfigOverride;
+
+/*
+ * Builds the configuration. config_path: the file named by --config, or NULL (then
+ * KGPU_CONFIG, CONFIG_FILE, then the default path). overrides: command-line values.
+ * On failure returns negative errno and sets *ret_error to a message for the operator
+ * (caller frees); *ret is untouched.
+ */
+int config_load(const char *config_path,
+                const ConfigOverride *overrides, size_t n_overrides,
+                Config **ret, char **ret_error);
+
+/* Same, from a string (file name used in messages only). For tests and fuzzing. */
+int config_load_string(const char *text, size_t len, const char *name,
+                       const ConfigOverride *overrides, size_t n_overrides,
+                       Config **ret, char **ret_error);
+
+/* True if "--flag" is a config flag (takes a value). */
+bool config_flag_known(const char *flag);
+
+/* getopt_long entries for every config flag, terminated by a zero entry; val is
+ * CONFIG_OPTION_VAL_BASE + index. Static storage. */
+#define CONFIG_OPTION_VAL_BASE 0x1000
+const struct option *config_getopt_options(void);
+const char *config_flag_by_val(int val);
+/* Prints "  --flag=VALUE    description" lines for --help. */
+void config_print_flags_help(void);
+
+const char *config_allocation_policy_to_string(ConfigAllocationPolicy p);

@@ -1,0 +1,22 @@
+#!/bin/sh
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# Install every build and test dependency of kgpu on Debian bookworm, by package name.
+set -eu
+if [ "$(id -u)" != 0 ]; then
+        exec sudo "$0" "$@"
+fi
+export DEBIAN_FRONTEND=noninteractive
+pkgs="
+meson ninja-build gcc clang pkg-config git
+libsystemd-dev libudev-dev libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler
+libyaml-dev libsqlite3-dev libcap-ng-dev check
+umockdev libumockdev-dev gir1.2-umockdev-1.0
+dbus util-linux sqlite3 libxml2-utils procps psmisc
+python3 python3-grpcio python3-grpc-tools python3-protobuf
+libclang-rt-14-dev valgrind
+"
+if [ -z "${KGPU_SKIP_APT_UPDATE:-}" ]; then
+        apt-get update -q
+fi
+# shellcheck disable=SC2086
+apt-get install -y -q --no-install-recommends $pkgs

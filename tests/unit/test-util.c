@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* test-util.c — string, vector, number and file helpers. */
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "common/paths.h"
+
+START_TEST(test_parse_numbers) {
+        uint32_t u;
+        int32_t i;
+        uint64_t v;
+
+        ck_assert_int_eq(safe_atou32("42", &u), 0);
+        ck_assert_uint_eq(u, 42);
+        ck_assert_int_eq(safe_atou32("4294967296", &u), -ERANGE);
+        ck_assert_int_eq(safe_atou32("-1", &u), -EINVAL);
+        ck_assert_int_eq(safe_atou32("12x", &u), -EINVAL);
+        ck_assert_int_eq(safe_atou32("", &u), -EINVAL);
+        ck_assert_int_eq(safe_atou32(" 1", &u), -EINVAL);
+        ck_assert_int_eq(safe_atoi32("-7", &i), 0);
+        ck_assert_int_eq(i, -7);
+        ck_assert_int_eq(safe_atoi32("-2147483648", &i), 0);
+        ck_assert_int_eq(i, INT32_MIN);
+        ck_assert_int_eq(safe_atoi32("2147483648", &i), -ERANGE);
+        ck_assert_int_eq(safe_atou64("0x56c0", &v), 0);
+        ck_assert_uint_eq(v, 0x56c0);
+        ck_assert_int_eq(safe_atou64("0x", &v), -EINVAL);
+        ck_assert_int_eq(parse_boolean("yes"), 1);
+        ck_assert_int_eq(parse_boolean("Off"), 0);
+        ck_assert_int_eq(parse_boolean("maybe"), -EINVAL);
+}
+END_TEST
+
+START_TEST(test_strv) {
+        _cleanup_strv_free_ char **l = NULL;
+        _cleanup_free_ char *j = NULL;
+
+        ck_assert_int_eq(strv_extend(&l, "b"), 0);
+        ck_assert_int_eq(strv_extend(&l, "a"), 0);
+        ck_assert_int_eq(strv_length(l), 2);
+        strv_sort(l);
+        j = strv_join(l, ",");
+        ck_assert_str_eq(j, "a,b");
+        ck_assert(strv_contains(l, "a"));
+        ck_assert(!strv_contains(l, "c"));
+        ck_assert_str_eq(startswith("renderD128", "renderD"), "128");
+        ck_assert_ptr_null(startswith("card0", "renderD"));
+}
+END_TEST
+
+START_TEST(test_files) {
+        char dir[] = "/tmp/kgpu-test-util-XXXXXX";
+        _cleanup_free_ char *s = NULL;
+        _cleanup_close_ int fd = -EBADF;
+
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        fd = open(dir, O_PATH|O_DIRECTORY|O_CLOEXEC);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(write_file_atomic_at(fd, "f", "hello\n", 6, 0644), 0);
+        ck_assert_int_eq(read_one_line_file_at(fd, "f", 64, &s), 0);
+        ck_assert_str_eq(s, "hello");
+        s = mfree(s);
+        ck_assert_int_eq(read_one_line_file_at(fd, "f", 3, &s), -EFBIG);
+        ck_assert_ptr_null(s);
+        ck_assert_int_eq(read_one_line_file_at(fd, "missing", 64, &s), -ENOENT);
+        ck_assert_int_eq(unlinkat(fd, "f", 0), 0);
+        ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
+static Suite *util_suite(void) {
+        Suite *s = suite_create("util");
+        TCase *tc = tcase_create("core");
+
+        tcase_add_test(tc, test_parse_numbers);
+        tcase_add_test(tc, test_strv);
+        tcase_add_test(tc, test_files);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+int main(void) {
+        SRunner *sr = srunner_create(util_suite());
+        int failed;
+
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
