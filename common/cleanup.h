@@ -20,6 +20,7 @@
 #define _likely_(x) (__builtin_expect(!!(x), 1))
 #define _unlikely_(x) (__builtin_expect(!!(x), 0))
 #define _public_ __attribute__((visibility("default")))
+#define _fallthrough_ __attribute__((fallthrough))
 
 #define ELEMENTSOF(x) (sizeof(x) / sizeof((x)[0]))
 #define MIN(a, b) ((a) < (b) ? (a) : (b))

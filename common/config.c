@@ -1,0 +1,594 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * config.c — kgpu.yaml (libyaml), environment and flags through one option table.
+ *
+ * See config.h for the contract. Values from every source go through the same
+ * option_set() so a value is validated the same way whether it came from the file, the
+ * environment or the command line; only the error prefix differs.
+ */
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <yaml.h>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#define CONFIG_FILE_MAX (1024U * 1024U)
+#define CONFIG_DEPTH_MAX 16
+#define CONFIG_SCALAR_MAX 4096
+
+typedef enum OptionType {
+        OPTION_STRING,
+        OPTION_PATH,            /* absolute path */
+        OPTION_BOOL,
+        OPTION_UINT32,
+        OPTION_STRV,            /* YAML sequence of scalars, or comma separated */
+        OPTION_ALLOCATION_POLICY,
+        OPTION_LOG_LEVEL,
+} OptionType;
+
+typedef struct ConfigOption {
+        const char *key;        /* dotted YAML key */
+        const char *env[3];     /* environment variables, first found wins */
+        const char *flag;       /* long option name */
+        OptionType type;
+        size_t offset;
+        const char *def;        /* default as text, NULL: none */
+        uint32_t min, max;      /* OPTION_UINT32 bounds */
+        const char *help;
+} ConfigOption;
+
+#define OFF(f) offsetof(Config, f)
+
+static const ConfigOption options[] = {
+        { "logLevel", { "KGPU_LOG_LEVEL" }, "log-level", OPTION_LOG_LEVEL, OFF(log_level), "info", 0, 0,
+          "log level: debug, info, notice, warning, err" },
+        { "stateDirectory", { "KGPU_STATE_DIRECTORY", "STATE_DIRECTORY" }, "state-directory", OPTION_PATH,
+          OFF(state_directory), KGPU_LOCALSTATEDIR "/lib/kgpu", 0, 0, "broker state directory" },
+        { "runtimeDirectory", { "KGPU_RUNTIME_DIRECTORY", "RUNTIME_DIRECTORY" }, "runtime-directory", OPTION_PATH,
+          OFF(runtime_directory), "/run/kgpu", 0, 0, "runtime directory" },
+        { "kubelet.devicePluginPath", { "KGPU_DEVICE_PLUGIN_PATH" }, "device-plugin-path", OPTION_PATH,
+          OFF(device_plugin_path), "/var/lib/kubelet/device-plugins", 0, 0,
+          "kubelet device plugin socket directory" },
+        { "kubelet.socket", { "KGPU_KUBELET_SOCKET" }, "kubelet-socket", OPTION_PATH,
+          OFF(kubelet_socket), NULL, 0, 0, "kubelet registration socket (default: DIR/kubelet.sock)" },
+        { "kubelet.podResourcesSocket", { "KGPU_POD_RESOURCES_SOCKET" }, "pod-resources-socket", OPTION_PATH,
+          OFF(pod_resources_socket), "/var/lib/kubelet/pod-resources/kubelet.sock", 0, 0,
+          "kubelet PodResources socket" },
+        { "kubelet.registerTimeoutMs", { "KGPU_REGISTER_TIMEOUT_MS" }, "register-timeout-ms", OPTION_UINT32,
+          OFF(register_timeout_ms), "5000", 10, 600000, "deadline of one Register call" },
+        { "grpc.user", { "KGPU_GRPC_USER" }, "grpc-user", OPTION_STRING, OFF(grpc_user), "kgpu", 0, 0,
+          "user kgpu-grpcd runs as" },
+        { "grpc.maxConnections", { "KGPU_GRPC_MAX_CONNECTIONS" }, "grpc-max-connections", OPTION_UINT32,
+          OFF(grpc_max_connections), "64", 1, 4096, "connections per plugin socket" },
+        { "grpc.maxStreamsPerConnection", { NULL }, "grpc-max-streams", OPTION_UINT32,
+          OFF(grpc_max_streams), "32", 1, 1024, "concurrent streams per connection" },
+        { "grpc.maxMessageSize", { NULL }, "grpc-max-message-size", OPTION_UINT32,
+          OFF(grpc_max_message_size), "4194304", 1024, 64U * 1024U * 1024U, "largest gRPC message accepted" },
+        { "grpc.brokerTimeoutMs", { "KGPU_BROKER_TIMEOUT_MS" }, "broker-timeout-ms", OPTION_UINT32,
+          OFF(broker_timeout_ms), "2000", 10, 600000, "deadline of a call to the broker" },
+        { "broker.user", { "KGPU_BROKER_USER" }, "broker-user", OPTION_STRING, OFF(broker_user), "kgpu-broker", 0, 0,
+          "user kgpu-brokerd runs as" },
+        { "intel.enabled", { "KGPU_INTEL_ENABLED" }, "intel", OPTION_BOOL, OFF(intel_enabled), "true", 0, 0,
+          "serve Intel GPUs" },
+        { "intel.sharedDevNum", { "SHARED_DEV_NUM" }, "shared-dev-num", OPTION_UINT32,
+          OFF(intel_shared_dev_num), "1", 1, 1024, "containers that may share one Intel GPU" },
+        { "intel.allocationPolicy", { "ALLOCATION_POLICY" }, "allocation-policy", OPTION_ALLOCATION_POLICY,
+          OFF(intel_allocation_policy), "none", 0, 0, "none, balanced or packed" },
+        { "intel.allowIDs", { NULL }, "allow-ids", OPTION_STRV, OFF(intel_allow_ids), NULL, 0, 0,
+          "PCI device ids to serve (comma separated; empty: all)" },
+        { "intel.denyIDs", { NULL }, "deny-ids", OPTION_STRV, OFF(intel_deny_ids), NULL, 0, 0,
+          "PCI device ids never to serve" },
+};
+
+static const char * const allocation_policy_names[] = {
+        [ALLOCATION_POLICY_NONE] = "none",
+        [ALLOCATION_POLICY_BALANCED] = "balanced",
+        [ALLOCATION_POLICY_PACKED] = "packed",
+};
+
+const char *config_allocation_policy_to_string(ConfigAllocationPolicy p) {
+        if ((size_t) p >= ELEMENTSOF(allocation_policy_names))
+                return NULL;
+        return allocation_policy_names[p];
+}
+
+Config *config_free(Config *c) {
+        if (!c)
+                return NULL;
+        free(c->file);
+        for (size_t i = 0; i < ELEMENTSOF(options); i++) {
+                void *p = (uint8_t *) c + options[i].offset;
+
+                switch (options[i].type) {
+                case OPTION_STRING:
+                case OPTION_PATH:
+                case OPTION_LOG_LEVEL:
+                        free(*(char **) p);
+                        break;
+                case OPTION_STRV:
+                        strv_free(*(char ***) p);
+                        break;
+                default:
+                        break;
+                }
+        }
+        free(c);
+        return NULL;
+}
+
+static const ConfigOption *option_by_key(const char *key) {
+        for (size_t i = 0; i < ELEMENTSOF(options); i++)
+                if (streq(options[i].key, key))
+                        return &options[i];
+        return NULL;
+}
+
+static const ConfigOption *option_by_flag(const char *flag) {
+        for (size_t i = 0; i < ELEMENTSOF(options); i++)
+                if (streq(options[i].flag, flag))
+                        return &options[i];
+        return NULL;
+}
+
+bool config_flag_known(const char *flag) {
+        return option_by_flag(flag);
+}
+
+static bool is_printable(const char *s) {
+        for (const unsigned char *p = (const unsigned char *) s; *p; p++)
+                if (*p < 0x20 || *p == 0x7f)
+                        return false;
+        return true;
+}
+
+/* Sets one option from text. On failure returns -EINVAL and a message in *ret_why. */
+static int option_set(Config *c, const ConfigOption *o, const char *value, const char **ret_why) {
+        void *p = (uint8_t *) c + o->offset;
+        int r;
+
+        if (strlen(value) > CONFIG_SCALAR_MAX) {
+                *ret_why = "value too long";
+                return -EINVAL;
+        }
+        if (!is_printable(value)) {
+                *ret_why = "value contains control characters";
+                return -EINVAL;
+        }
+
+        switch (o->type) {
+        case OPTION_PATH:
+                if (!isempty(value) && value[0] != '/') {
+                        *ret_why = "expected an absolute path";
+                        return -EINVAL;
+                }
+                _fallthrough_;
+        case OPTION_STRING:
+                if (free_and_strdup((char **) p, isempty(value) ? NULL : value) < 0)
+                        return -ENOMEM;
+                return 0;
+
+        case OPTION_LOG_LEVEL:
+                if (log_level_from_string(value) < 0) {
+                        *ret_why = "expected one of debug, info, notice, warning, err";
+                        return -EINVAL;
+                }
+                return free_and_strdup((char **) p, value) < 0 ? -ENOMEM : 0;
+
+        case OPTION_BOOL:
+                r = parse_boolean(value);
+                if (r < 0) {
+                        *ret_why = "expected a boolean (true or false)";
+                        return -EINVAL;
+                }
+                *(bool *) p = r;
+                return 0;
+
+        case OPTION_UINT32: {
+                uint32_t v;
+
+                if (safe_atou32(value, &v) < 0) {
+                        *ret_why = "expected an unsigned integer";
+                        return -EINVAL;
+                }
+                if (v < o->min || v > o->max) {
+                        *ret_why = "value out of range";
+                        return -ERANGE;
+                }
+                *(uint32_t *) p = v;
+                return 0;
+        }
+
+        case OPTION_ALLOCATION_POLICY:
+                for (size_t i = 0; i < ELEMENTSOF(allocation_policy_names); i++)
+                        if (streq(value, allocation_policy_names[i])) {
+                                *(ConfigAllocationPolicy *) p = (ConfigAllocationPolicy) i;
+                                return 0;
+                        }
+                *ret_why = "expected none, balanced or packed";
+                return -EINVAL;
+
+        case OPTION_STRV: {
+                _cleanup_strv_free_ char **l = NULL;
+                _cleanup_free_ char *copy = strdup(value);
+                char *save = NULL;
+
+                if (!copy)
+                        return -ENOMEM;
+                for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                        while (*t == ' ')
+                                t++;
+                        if (*t && strv_extend(&l, t) < 0)
+                                return -ENOMEM;
+                }
+                strv_free(*(char ***) p);
+                *(char ***) p = TAKE_PTR(l);
+                return 0;
+        }
+        }
+        return -EINVAL;
+}
+
+static int set_defaults(Config *c) {
+        for (size_t i = 0; i < ELEMENTSOF(options); i++) {
+                const char *why = NULL;
+                int r;
+
+                if (!options[i].def)
+                        continue;
+                r = option_set(c, &options[i], options[i].def, &why);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+typedef struct ParseContext {
+        Config *config;
+        yaml_document_t *doc;
+        const char *name;
+        char *error;
+} ParseContext;
+
+static int parse_error(ParseContext *ctx, const yaml_node_t *node, const char *key, const char *fmt, ...) _printf_(4, 5);
+static int parse_error(ParseContext *ctx, const yaml_node_t *node, const char *key, const char *fmt, ...) {
+        _cleanup_free_ char *what = NULL;
+        va_list ap;
+        int k;
+
+        va_start(ap, fmt);
+        k = vasprintf(&what, fmt, ap);
+        va_end(ap);
+        if (k < 0)
+                return -ENOMEM;
+        free(ctx->error);
+        if (asprintf(&ctx->error, "%s:%zu: %s%s%s", ctx->name, node ? node->start_mark.line + 1 : 0,
+                     key ?: "", key ? ": " : "", what) < 0) {
+                ctx->error = NULL;
+                return -ENOMEM;
+        }
+        return -EINVAL;
+}
+
+static int parse_value(ParseContext *ctx, const char *key, yaml_node_t *node) {
+        const ConfigOption *o = option_by_key(key);
+        const char *why = NULL;
+        int r;
+
+        if (!o)
+                return parse_error(ctx, node, NULL, "unknown key '%s'", key);
+
+        if (node->type == YAML_SEQUENCE_NODE) {
+                _cleanup_strv_free_ char **l = NULL;
+
+                if (o->type != OPTION_STRV)
+                        return parse_error(ctx, node, key, "expected a single value, got a list");
+                for (yaml_node_item_t *i = node->data.sequence.items.start; i < node->data.sequence.items.top; i++) {
+                        yaml_node_t *n = yaml_document_get_node(ctx->doc, *i);
+
+                        if (!n || n->type != YAML_SCALAR_NODE)
+                                return parse_error(ctx, n ?: node, key, "list items must be plain values");
+                        if (n->data.scalar.length > CONFIG_SCALAR_MAX || strlen((char *) n->data.scalar.value) != n->data.scalar.length)
+                                return parse_error(ctx, n, key, "invalid list item");
+                        if (strv_extend(&l, (char *) n->data.scalar.value) < 0)
+                                return -ENOMEM;
+                }
+                strv_free(*(char ***) ((uint8_t *) ctx->config + o->offset));
+                *(char ***) ((uint8_t *) ctx->config + o->offset) = TAKE_PTR(l);
+                return 0;
+        }
+        if (node->type != YAML_SCALAR_NODE)
+                return parse_error(ctx, node, key, "expected a value, got a mapping");
+        if (strlen((char *) node->data.scalar.value) != node->data.scalar.length)
+                return parse_error(ctx, node, key, "value contains a NUL byte");
+
+        r = option_set(ctx->config, o, (char *) node->data.scalar.value, &why);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0) {
+                return parse_error(ctx, node, key, "%s, got '%s'", why, (char *) node->data.scalar.value);
+        }
+        return 0;
+}
+
+static int parse_mapping(ParseContext *ctx, const char *prefix, yaml_node_t *node, unsigned depth) {
+        if (depth > CONFIG_DEPTH_MAX)
+                return parse_error(ctx, node, prefix, "nesting too deep");
+        if (node->type != YAML_MAPPING_NODE)
+                return parse_error(ctx, node, prefix, "expected a mapping");
+
+        for (yaml_node_pair_t *p = node->data.mapping.pairs.start; p < node->data.mapping.pairs.top; p++) {
+                yaml_node_t *k = yaml_document_get_node(ctx->doc, p->key);
+                yaml_node_t *v = yaml_document_get_node(ctx->doc, p->value);
+                _cleanup_free_ char *key = NULL;
+                int r;
+
+                if (!k || !v)
+                        return parse_error(ctx, node, prefix, "malformed mapping");
+                if (k->type != YAML_SCALAR_NODE || k->data.scalar.length == 0 ||
+                    k->data.scalar.length > 128 || strlen((char *) k->data.scalar.value) != k->data.scalar.length)
+                        return parse_error(ctx, k, prefix, "keys must be short plain names");
+                if (!is_printable((char *) k->data.scalar.value))
+                        return parse_error(ctx, k, prefix, "key contains control characters");
+
+                if (prefix) {
+                        if (asprintf(&key, "%s.%s", prefix, (char *) k->data.scalar.value) < 0)
+                                return -ENOMEM;
+                } else {
+                        key = strdup((char *) k->data.scalar.value);
+                        if (!key)
+                                return -ENOMEM;
+                }
+
+                if (v->type == YAML_MAPPING_NODE && !option_by_key(key))
+                        r = parse_mapping(ctx, key, v, depth + 1);
+                else
+                        r = parse_value(ctx, key, v);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static int parse_yaml(Config *c, const char *text, size_t len, const char *name, char **ret_error) {
+        ParseContext ctx = { .config = c, .name = name };
+        yaml_parser_t parser;
+        yaml_document_t doc;
+        yaml_node_t *root;
+        int r;
+
+        if (len > CONFIG_FILE_MAX) {
+                if (asprintf(ret_error, "%s: file too large (over %u bytes)", name, CONFIG_FILE_MAX) < 0)
+                        *ret_error = NULL;
+                return -EFBIG;
+        }
+        if (!yaml_parser_initialize(&parser))
+                return -ENOMEM;
+        yaml_parser_set_input_string(&parser, (const unsigned char *) text, len);
+        if (!yaml_parser_load(&parser, &doc)) {
+                if (asprintf(ret_error, "%s:%zu: YAML syntax error: %s", name,
+                             parser.problem_mark.line + 1, parser.problem ?: "unknown") < 0)
+                        *ret_error = NULL;
+                yaml_parser_delete(&parser);
+                return -EINVAL;
+        }
+        ctx.doc = &doc;
+        root = yaml_document_get_root_node(&doc);
+        if (!root)
+                r = 0;  /* empty file: all defaults */
+        else if (root->type == YAML_SCALAR_NODE && root->data.scalar.length == 0)
+                r = 0;
+        else
+                r = parse_mapping(&ctx, NULL, root, 0);
+        yaml_document_delete(&doc);
+        yaml_parser_delete(&parser);
+        if (r < 0)
+                *ret_error = TAKE_PTR(ctx.error);
+        free(ctx.error);
+        return r;
+}
+
+static int apply_environment(Config *c, char **ret_error) {
+        for (size_t i = 0; i < ELEMENTSOF(options); i++)
+                for (size_t j = 0; j < ELEMENTSOF(options[i].env) && options[i].env[j]; j++) {
+                        const char *v = getenv(options[i].env[j]), *why = NULL;
+                        _cleanup_free_ char *first = NULL;
+                        int r;
+
+                        if (!v)
+                                continue;
+                        /* systemd passes STATE_DIRECTORY/RUNTIME_DIRECTORY as colon lists. */
+                        if (options[i].type == OPTION_PATH && strchr(v, ':')) {
+                                first = strndup(v, strcspn(v, ":"));
+                                if (!first)
+                                        return -ENOMEM;
+                                v = first;
+                        }
+                        r = option_set(c, &options[i], v, &why);
+                        if (r == -ENOMEM)
+                                return r;
+                        if (r < 0) {
+                                if (asprintf(ret_error, "environment variable %s: %s, got '%s'",
+                                             options[i].env[j], why, v) < 0)
+                                        *ret_error = NULL;
+                                return r;
+                        }
+                        break;
+                }
+        return 0;
+}
+
+static int apply_overrides(Config *c, const ConfigOverride *ov, size_t n, char **ret_error) {
+        for (size_t i = 0; i < n; i++) {
+                const ConfigOption *o = option_by_flag(ov[i].flag);
+                const char *why = NULL;
+                int r;
+
+                if (!o) {
+                        if (asprintf(ret_error, "--%s: unknown option", ov[i].flag) < 0)
+                                *ret_error = NULL;
+                        return -EINVAL;
+                }
+                r = option_set(c, o, ov[i].value ?: "", &why);
+                if (r == -ENOMEM)
+                        return r;
+                if (r < 0) {
+                        if (asprintf(ret_error, "--%s: %s, got '%s'", ov[i].flag, why, ov[i].value ?: "") < 0)
+                                *ret_error = NULL;
+                        return r;
+                }
+        }
+        return 0;
+}
+
+static int finish(Config *c) {
+        if (!c->kubelet_socket) {
+                if (asprintf(&c->kubelet_socket, "%s/kubelet.sock", c->device_plugin_path) < 0) {
+                        c->kubelet_socket = NULL;
+                        return -ENOMEM;
+                }
+        }
+        return 0;
+}
+
+static int config_build(const char *text, size_t len, const char *name,
+                        const ConfigOverride *overrides, size_t n_overrides,
+                        Config **ret, char **ret_error) {
+        _cleanup_(config_freep) Config *c = NULL;
+        char *error = NULL;
+        int r;
+
+        c = calloc(1, sizeof(Config));
+        if (!c)
+                return -ENOMEM;
+        r = set_defaults(c);
+        if (r < 0)
+                return r;
+        if (text) {
+                r = parse_yaml(c, text, len, name, &error);
+                if (r < 0)
+                        goto fail;
+                c->file = strdup(name);
+                if (!c->file)
+                        return -ENOMEM;
+        }
+        r = apply_environment(c, &error);
+        if (r < 0)
+                goto fail;
+        r = apply_overrides(c, overrides, n_overrides, &error);
+        if (r < 0)
+                goto fail;
+        r = finish(c);
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(c);
+        return 0;
+fail:
+        if (ret_error)
+                *ret_error = error ?: strdup("out of memory");
+        else
+                free(error);
+        return r;
+}
+
+int config_load_string(const char *text, size_t len, const char *name,
+                       const ConfigOverride *overrides, size_t n_overrides,
+                       Config **ret, char **ret_error) {
+        return config_build(text, len, name ?: "<string>", overrides, n_overrides, ret, ret_error);
+}
+
+int config_load(const char *config_path,
+                const ConfigOverride *overrides, size_t n_overrides,
+                Config **ret, char **ret_error) {
+        _cleanup_free_ char *text = NULL;
+        const char *path = config_path;
+        bool explicit = true;
+        size_t len = 0;
+        int r;
+
+        if (!path)
+                path = getenv("KGPU_CONFIG");
+        if (!path)
+                path = getenv("CONFIG_FILE");
+        if (!path) {
+                path = KGPU_CONFIG_FILE_DEFAULT;
+                explicit = false;
+        }
+
+        if (!isempty(path)) {
+                _cleanup_fclose_ FILE *f = fopen(path, "re");
+                struct stat st;
+
+                if (!f) {
+                        r = negative_errno();
+                        if (r == -ENOENT && !explicit)
+                                return config_build(NULL, 0, path, overrides, n_overrides, ret, ret_error);
+                        if (ret_error && asprintf(ret_error, "%s: cannot open: %s", path, strerror(-r)) < 0)
+                                *ret_error = NULL;
+                        return r;
+                }
+                if (fstat(fileno(f), &st) < 0)
+                        return negative_errno();
+                if (!S_ISREG(st.st_mode)) {
+                        if (ret_error && asprintf(ret_error, "%s: not a regular file", path) < 0)
+                                *ret_error = NULL;
+                        return -EINVAL;
+                }
+                if ((size_t) st.st_size > CONFIG_FILE_MAX) {
+                        if (ret_error && asprintf(ret_error, "%s: file too large (over %u bytes)", path, CONFIG_FILE_MAX) < 0)
+                                *ret_error = NULL;
+                        return -EFBIG;
+                }
+                text = malloc((size_t) st.st_size + 1);
+                if (!text)
+                        return -ENOMEM;
+                len = fread(text, 1, (size_t) st.st_size, f);
+                if (ferror(f)) {
+                        if (ret_error && asprintf(ret_error, "%s: read error", path) < 0)
+                                *ret_error = NULL;
+                        return -EIO;
+                }
+                text[len] = 0;
+                return config_build(text, len, path, overrides, n_overrides, ret, ret_error);
+        }
+        return config_build(NULL, 0, "", overrides, n_overrides, ret, ret_error);
+}
+
+const struct option *config_getopt_options(void) {
+        static struct option opts[ELEMENTSOF(options) + 1];
+
+        if (!opts[0].name)
+                for (size_t i = 0; i < ELEMENTSOF(options); i++)
+                        opts[i] = (struct option) {
+                                .name = options[i].flag,
+                                .has_arg = required_argument,
+                                .val = CONFIG_OPTION_VAL_BASE + (int) i,
+                        };
+        return opts;
+}
+
+const char *config_flag_by_val(int val) {
+        if (val < CONFIG_OPTION_VAL_BASE || (size_t) (val - CONFIG_OPTION_VAL_BASE) >= ELEMENTSOF(options))
+                return NULL;
+        return options[val - CONFIG_OPTION_VAL_BASE].flag;
+}
+
+void config_print_flags_help(void) {
+        printf("\nConfiguration (flag > environment > %s > default):\n", KGPU_CONFIG_FILE_DEFAULT);
+        for (size_t i = 0; i < ELEMENTSOF(options); i++) {
+                char flag[64];
+
+                (void) snprintf(flag, sizeof(flag), "--%s=VALUE", options[i].flag);
+                printf("  %-32s %s\n  %-32s key %s%s%s%s%s\n", flag, options[i].help, "", options[i].key,
+                       options[i].env[0] ? ", env " : "", options[i].env[0] ?: "",
+                       options[i].def ? ", default " : "", options[i].def ?: "");
+        }
+}
