@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* bus-names.h — D-Bus names, paths and interfaces of kgpu (the contract is dbus/*.xml). */
+/* bus-names.h — D-Bus names, paths and interfaces of kgpu (the contract: the XML files in dbus/). */
 #pragma once
 
 #define KGPU_PROBE_BUS_NAME        "io.kgpu.Probe1"
