@@ -1,0 +1,108 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* kgpuctl.c — command-line client of kgpu: dispatch and shared helpers. */
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bus-names.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "tools/kgpuctl.h"
+
+static const struct {
+        const char *name;
+        int (*run)(Ctl *c, int argc, char **argv);
+        const char *help;
+} verbs[] = {
+        { "status",      ctl_status,      "daemons, versions and uptime" },
+        { "devices",     ctl_devices,     "GPUs the probe sees" },
+        { "resources",   ctl_resources,   "resources the broker advertises, with their devices" },
+        { "allocations", ctl_allocations, "allocations the broker holds" },
+};
+
+int ctl_call_failed(const char *what, const char *daemon, const sd_bus_error *e, int r) {
+        if (e && (sd_bus_error_has_name(e, SD_BUS_ERROR_SERVICE_UNKNOWN) ||
+                  sd_bus_error_has_name(e, SD_BUS_ERROR_NAME_HAS_NO_OWNER)))
+                fprintf(stderr, "%s: %s is not running (no owner for its bus name).\n", what, daemon);
+        else if (e && (sd_bus_error_has_name(e, SD_BUS_ERROR_ACCESS_DENIED) ||
+                       sd_bus_error_has_name(e, KGPU_ERROR_ACCESS_DENIED)))
+                fprintf(stderr, "%s: access denied by %s: %s\n", what, daemon, e->message ?: "");
+        else
+                fprintf(stderr, "%s: %s\n", what, e && e->message ? e->message : strerror(r < 0 ? -r : r));
+        return r < 0 ? r : -EIO;
+}
+
+void ctl_json_string(const char *s) {
+        putchar('"');
+        for (const unsigned char *p = (const unsigned char *) (s ?: ""); *p; p++) {
+                if (*p == '"' || *p == '\\')
+                        printf("\\%c", *p);
+                else if (*p < 0x20)
+                        printf("\\u%04x", *p);
+                else
+                        putchar(*p);
+        }
+        putchar('"');
+}
+
+static void help(void) {
+        printf("kgpuctl [OPTIONS] COMMAND\n\n"
+               "Inspect the kgpu GPU device plugin.\n\n"
+               "Commands:\n");
+        for (size_t i = 0; i < ELEMENTSOF(verbs); i++)
+                printf("  %-12s %s\n", verbs[i].name, verbs[i].help);
+        printf("\nOptions:\n"
+               "  -h --help      show this help\n"
+               "     --version   show the version\n"
+               "     --json      print JSON instead of tables\n"
+               "\nThe system bus is used (DBUS_SYSTEM_BUS_ADDRESS overrides its address).\n");
+}
+
+int main(int argc, char **argv) {
+        static const struct option opts[] = {
+                { "help",    no_argument, NULL, 'h' },
+                { "version", no_argument, NULL, 'V' },
+                { "json",    no_argument, NULL, 'j' },
+                {}
+        };
+        Ctl c = {};
+        int r, o;
+
+        log_setup("kgpuctl");
+        while ((o = getopt_long(argc, argv, "+h", opts, NULL)) >= 0)
+                switch (o) {
+                case 'h':
+                        help();
+                        return EXIT_SUCCESS;
+                case 'V':
+                        printf("kgpuctl %s\n", KGPU_VERSION);
+                        return EXIT_SUCCESS;
+                case 'j':
+                        c.json = true;
+                        break;
+                default:
+                        return EXIT_FAILURE;
+                }
+
+        if (optind >= argc) {
+                help();
+                return EXIT_FAILURE;
+        }
+        for (size_t i = 0; i < ELEMENTSOF(verbs); i++) {
+                if (!streq(argv[optind], verbs[i].name))
+                        continue;
+                r = sd_bus_open_system(&c.bus);
+                if (r < 0) {
+                        fprintf(stderr, "Cannot connect to the system bus: %s\n", strerror(-r));
+                        return EXIT_FAILURE;
+                }
+                r = verbs[i].run(&c, argc - optind, argv + optind);
+                sd_bus_flush_close_unref(c.bus);
+                return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+        }
+        fprintf(stderr, "Unknown command '%s'; see kgpuctl --help.\n", argv[optind]);
+        return EXIT_FAILURE;
+}

@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * kgpuctl.h — shared state of the kgpuctl subcommands.
+ *
+ * Each subcommand lives in its own kgpuctl-<name>.c, reads over D-Bus and prints a
+ * table (or JSON with --json). Subcommands return 0 or a negative errno after
+ * printing a clear error that names the daemon that is down or the denial.
+ */
+#pragma once
+
+#include <stdbool.h>
+
+#include <systemd/sd-bus.h>
+
+typedef struct Ctl {
+        sd_bus *bus;
+        bool json;
+} Ctl;
+
+/* Turns a failed call into one clear line on stderr; returns r. */
+int ctl_call_failed(const char *what, const char *daemon, const sd_bus_error *e, int r);
+/* Prints s as a JSON string literal. */
+void ctl_json_string(const char *s);
+
+int ctl_status(Ctl *c, int argc, char **argv);
+int ctl_devices(Ctl *c, int argc, char **argv);
+int ctl_resources(Ctl *c, int argc, char **argv);
+int ctl_allocations(Ctl *c, int argc, char **argv);
