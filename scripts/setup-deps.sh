@@ -12,7 +12,7 @@ libsystemd-dev libudev-dev libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler
 libyaml-dev libsqlite3-dev libcap-ng-dev check
 umockdev libumockdev-dev gir1.2-umockdev-1.0
 dbus util-linux sqlite3 libxml2-utils procps psmisc
-python3 python3-grpcio python3-grpc-tools python3-protobuf
+python3 python3-grpcio python3-grpc-tools python3-protobuf python3-hpack
 libclang-rt-14-dev valgrind
 "
 if [ -z "${KGPU_SKIP_APT_UPDATE:-}" ]; then

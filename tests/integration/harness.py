@@ -1,0 +1,625 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# harness.py — a whole simulated node for the integration tests, the demo and the bench.
+#
+# Contract: Node.start() brings up, in a fresh temp directory, a private dbus-daemon
+# (bus.conf.in with the project's dbus/*.conf policies), the umockdev testbed tool, then
+# kgpu-probed (root, under libumockdev-preload), kgpu-brokerd and kgpu-grpcd from the
+# build tree, and the kubelet simulator; it returns once both Intel resources have
+# registered and sent their first ListAndWatch update, or raises with every log printed.
+# As root the daemons that drop privileges are started as root (they drop themselves;
+# check_dropped() verifies it from /proc); users kgpu and kgpu-broker are created if
+# missing. Not root: the bus gets a permissive policy for the caller, and tests that need
+# root raise Skip. Node.stop() (also from __exit__ and atexit) kills every process it
+# started, by pid, and removes the temp directory.
+#
+# Environment read: KGPU_BUILD_ROOT, KGPU_SOURCE_ROOT (meson test sets both),
+# KGPU_TEST_KEEP_TMP=1 (keep the temp directory for debugging),
+# KGPU_TEST_VERBOSE=1 (echo the kubelet simulator's events).
+
+import atexit
+import contextlib
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _HERE)
+
+import kubelet_sim  # noqa: E402
+
+SOURCE_ROOT = os.environ.get('KGPU_SOURCE_ROOT') or os.path.normpath(os.path.join(_HERE, '..', '..'))
+os.environ.setdefault('KGPU_SOURCE_ROOT', SOURCE_ROOT)
+
+RES_I915 = 'gpu.intel.com/i915'
+RES_XE = 'gpu.intel.com/xe'
+GPU_I915 = '0000:03:00.0'
+GPU_XE = '0000:04:00.0'
+# Layout "two-gpus" of the testbed tool: resource -> (PCI address, card, render node).
+TWO_GPUS = {
+    RES_I915: (GPU_I915, '/dev/dri/card0', '/dev/dri/renderD128'),
+    RES_XE: (GPU_XE, '/dev/dri/card1', '/dev/dri/renderD129'),
+}
+
+PROBE_BUS = 'io.kgpu.Probe1'
+BROKER_BUS = 'io.kgpu.Broker1'
+BROKER_PATH = '/io/kgpu/Broker1'
+GRPC_USER = 'kgpu'
+BROKER_USER = 'kgpu-broker'
+
+
+class Skip(Exception):
+    """Raised by a test that cannot run here; run_test() exits 77."""
+
+
+def find_build_root():
+    b = os.environ.get('KGPU_BUILD_ROOT')
+    if b:
+        return os.path.abspath(b)
+    for cand in ('build-integ', 'build'):
+        p = os.path.join(SOURCE_ROOT, cand)
+        if os.path.isdir(p):
+            return p
+    raise Skip('KGPU_BUILD_ROOT not set and no build directory found')
+
+
+def is_root():
+    return os.geteuid() == 0
+
+
+def ensure_users():
+    """Creates the system users kgpu and kgpu-broker if missing (root only)."""
+    for u in (GRPC_USER, BROKER_USER):
+        try:
+            pwd.getpwnam(u)
+        except KeyError:
+            subprocess.run(['useradd', '--system', '--no-create-home',
+                            '--shell', '/usr/sbin/nologin', u], check=True)
+
+
+def proc_status(pid):
+    """Uid/Gid (real, effective, saved, fs), Groups and capability masks of a pid."""
+    out = {}
+    with open('/proc/%d/status' % pid) as f:
+        for line in f:
+            k, _, v = line.partition(':')
+            v = v.split()
+            if k in ('Uid', 'Gid'):
+                out[k] = [int(x) for x in v]
+            elif k == 'Groups':
+                out[k] = [int(x) for x in v]
+            elif k in ('CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb'):
+                out[k] = int(v[0], 16)
+            elif k == 'VmRSS':
+                out[k] = int(v[0])  # kB
+    return out
+
+
+def rss_kb(pid):
+    return proc_status(pid).get('VmRSS', 0)
+
+
+class Daemon:
+    def __init__(self, node, name, argv, env):
+        self.node = node
+        self.name = name
+        self.argv = argv
+        self.env = env
+        self.log_path = os.path.join(node.tmp, 'logs', name + '.log')
+        self.proc = None
+        self.notify = []           # sd_notify datagrams received
+        self.notify_cond = threading.Condition()
+        self._nsock = None
+        self._nthread = None
+        self.notify_path = os.path.join(node.tmp, 'notify', name)
+        self.returncodes = []      # of earlier instances (kill/restart)
+
+    def start(self):
+        with contextlib.suppress(OSError):
+            os.unlink(self.notify_path)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        s.bind(self.notify_path)
+        os.chmod(self.notify_path, 0o777)  # the daemon may have dropped to its own user
+        s.settimeout(0.2)
+        self._nsock = s
+        self._nthread = threading.Thread(target=self._notify_loop, args=(s,), daemon=True)
+        self._nthread.start()
+        env = dict(self.env)
+        env['NOTIFY_SOCKET'] = self.notify_path
+        log = open(self.log_path, 'ab')
+        log.write(('=== %s: %s\n' % (time.strftime('%H:%M:%S'), ' '.join(self.argv))).encode())
+        log.flush()
+        self.proc = subprocess.Popen(self.argv, env=env, stdin=subprocess.DEVNULL,
+                                     stdout=log, stderr=subprocess.STDOUT, close_fds=True)
+        log.close()
+        self.node.log('started %s pid %d' % (self.name, self.proc.pid))
+        return self
+
+    def _notify_loop(self, s):
+        while True:
+            try:
+                data = s.recv(4096)
+            except socket.timeout:
+                if s.fileno() < 0:
+                    return
+                continue
+            except OSError:
+                return
+            with self.notify_cond:
+                self.notify.append((time.monotonic(), data.decode(errors='replace')))
+                self.notify_cond.notify_all()
+
+    def notified(self, key):
+        """Values of KEY=... in the notify messages, in order."""
+        out = []
+        with self.notify_cond:
+            for _, msg in self.notify:
+                for line in msg.splitlines():
+                    if line.startswith(key + '='):
+                        out.append(line[len(key) + 1:])
+        return out
+
+    def wait_notify(self, key, value=None, timeout=5):
+        deadline = time.monotonic() + timeout
+        with self.notify_cond:
+            while True:
+                vals = self.notified_locked(key)
+                if vals and (value is None or value in vals):
+                    return vals
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError('%s did not send %s=%s via sd_notify' % (self.name, key, value or '...'))
+                self.notify_cond.wait(left)
+
+    def notified_locked(self, key):
+        out = []
+        for _, msg in self.notify:
+            for line in msg.splitlines():
+                if line.startswith(key + '='):
+                    out.append(line[len(key) + 1:])
+        return out
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc else None
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def send_signal(self, sig):
+        if self.alive():
+            os.kill(self.proc.pid, sig)
+
+    def stop(self, timeout=5, sig=signal.SIGTERM):
+        """Stops this instance; returns its exit code (negative: killed by signal)."""
+        rc = None
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                os.kill(self.proc.pid, sig)
+                try:
+                    self.proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    self.node.log('%s did not exit on signal %d in %ss, killing' % (self.name, sig, timeout))
+                    os.kill(self.proc.pid, signal.SIGKILL)
+                    self.proc.wait()
+            rc = self.proc.returncode
+            self.returncodes.append(rc)
+            self.proc = None
+        if self._nsock is not None:
+            self._nsock.close()
+            self._nthread.join(1)
+            self._nsock = None
+        return rc
+
+    def log_text(self):
+        try:
+            with open(self.log_path, errors='replace') as f:
+                return f.read()
+        except FileNotFoundError:
+            return ''
+
+
+class Node:
+    """A simulated node. Use as a context manager or call start()/stop()."""
+
+    def __init__(self, build_root=None, layout='two-gpus', grpcd=True, kubelet=True,
+                 verbose=None, extra_env=None):
+        self.build_root = build_root or find_build_root()
+        self.source_root = SOURCE_ROOT
+        self.layout = layout
+        self.want_grpcd = grpcd
+        self.want_kubelet = kubelet
+        self.verbose = os.environ.get('KGPU_TEST_VERBOSE') == '1' if verbose is None else verbose
+        self.extra_env = extra_env or {}
+        self.root = is_root()
+        self.tmp = None
+        self.daemons = {}
+        self.bus = None
+        self.testbed = None
+        self.umockdev_dir = None
+        self.kubelet = None
+        self._testbed_lock = threading.Lock()
+        self._stopped = False
+        self._logfile = None
+
+    # --- paths -----------------------------------------------------------------------
+    def bin(self, *rel):
+        p = os.path.join(self.build_root, *rel)
+        if not os.access(p, os.X_OK):
+            raise Skip('%s is not built' % p)
+        return p
+
+    @property
+    def bus_address(self):
+        return 'unix:path=' + os.path.join(self.tmp, 'bus')
+
+    def log(self, msg):
+        line = 'harness %s: %s' % (time.strftime('%H:%M:%S'), msg)
+        if self.verbose:
+            print(line, flush=True)
+        if self._logfile:
+            self._logfile.write(line + '\n')
+            self._logfile.flush()
+
+    # --- start -----------------------------------------------------------------------
+    def start(self, timeout=20):
+        atexit.register(self.stop)
+        try:
+            self._start(timeout)
+        except BaseException as e:
+            if not isinstance(e, Skip):
+                self.dump_logs()
+            self.stop()
+            raise
+        return self
+
+    def _start(self, timeout):
+        # Short prefix: unix socket paths are limited to 108 bytes.
+        self.tmp = tempfile.mkdtemp(prefix='kgpu-it-')
+        os.chmod(self.tmp, 0o755)
+        for d in ('logs', 'notify', 'run', 'state', 'device-plugins', 'pod-resources'):
+            os.mkdir(os.path.join(self.tmp, d))
+        os.chmod(os.path.join(self.tmp, 'notify'), 0o755)
+        self._logfile = open(os.path.join(self.tmp, 'logs', 'harness.log'), 'a')
+        self.state_dir = os.path.join(self.tmp, 'state')
+        self.plugin_dir = os.path.join(self.tmp, 'device-plugins')
+        self.pod_resources_socket = os.path.join(self.tmp, 'pod-resources', 'kubelet.sock')
+        for d in ('probe', 'broker', 'grpc'):
+            os.mkdir(os.path.join(self.tmp, 'run', d))
+        if self.root:
+            ensure_users()
+            gu, bu = pwd.getpwnam(GRPC_USER), pwd.getpwnam(BROKER_USER)
+            os.chown(self.state_dir, bu.pw_uid, bu.pw_gid)
+            os.chmod(self.state_dir, 0o700)
+            os.chown(os.path.join(self.tmp, 'run', 'broker'), bu.pw_uid, bu.pw_gid)
+            os.chown(os.path.join(self.tmp, 'run', 'grpc'), gu.pw_uid, gu.pw_gid)
+            os.chown(self.plugin_dir, gu.pw_uid, gu.pw_gid)
+            os.chmod(self.plugin_dir, 0o755)
+
+        self.config_file = os.path.join(self.tmp, 'kgpu.yaml')
+        with open(self.config_file, 'w') as f:
+            f.write('# written by tests/integration/harness.py\n'
+                    'logLevel: debug\n'
+                    'stateDirectory: %s\n'
+                    'kubelet:\n'
+                    '  devicePluginPath: %s\n'
+                    '  podResourcesSocket: %s\n' % (self.state_dir, self.plugin_dir,
+                                                    self.pod_resources_socket))
+        os.chmod(self.config_file, 0o644)
+
+        self._start_bus()
+        self._start_testbed()
+        self.start_probe()
+        self.wait_bus_name(PROBE_BUS, timeout, self.daemons['probe'])
+        self.start_broker()
+        self.wait_bus_name(BROKER_BUS, timeout, self.daemons['broker'])
+        if self.want_kubelet:
+            self.kubelet = kubelet_sim.KubeletSim(self.plugin_dir, self.pod_resources_socket,
+                                                  verbose=self.verbose).start()
+        if self.want_grpcd:
+            self.start_grpcd()
+            if self.want_kubelet:
+                self.wait_for(lambda: self.kubelet.wait_connected(TWO_GPUS.keys(), timeout=1),
+                              timeout, self.daemons['grpc'], 'registration of both resources')
+
+    def wait_for(self, fn, timeout, daemon=None, what='condition'):
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            if daemon is not None and not daemon.alive():
+                raise RuntimeError('%s exited (rc %s) while waiting for %s' % (
+                    daemon.name, daemon.proc.returncode if daemon.proc else '?', what))
+            try:
+                return fn()
+            except (TimeoutError, AssertionError) as e:
+                last = e
+        raise TimeoutError('timed out after %ss waiting for %s: %s' % (timeout, what, last))
+
+    def _start_bus(self):
+        with open(os.path.join(_HERE, 'bus.conf.in')) as f:
+            conf = f.read()
+        extra = ''
+        if not self.root:
+            user = pwd.getpwuid(os.getuid()).pw_name
+            extra = ('  <policy user="%s">\n    <allow own="*"/>\n'
+                     '    <allow send_destination="*"/>\n  </policy>\n' % user)
+        conf = (conf.replace('@BUS_SOCKET@', os.path.join(self.tmp, 'bus'))
+                .replace('@POLICY_DIR@', os.path.join(self.source_root, 'dbus'))
+                .replace('@EXTRA_POLICY@', extra))
+        path = os.path.join(self.tmp, 'bus.conf')
+        with open(path, 'w') as f:
+            f.write(conf)
+        log = open(os.path.join(self.tmp, 'logs', 'dbus-daemon.log'), 'ab')
+        # umask 0: users kgpu, kgpu-broker and nobody must be able to connect.
+        self.bus = subprocess.Popen(['dbus-daemon', '--config-file=' + path, '--nofork',
+                                     '--nopidfile', '--print-address=1', '--nosyslog'],
+                                    stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
+                                    preexec_fn=lambda: os.umask(0), close_fds=True)
+        log.close()
+        line = self.bus.stdout.readline().decode().strip()
+        if not line.startswith('unix:'):
+            raise RuntimeError('dbus-daemon did not start (printed %r)' % line)
+        self.log('dbus-daemon pid %d at %s' % (self.bus.pid, line))
+
+    def _start_testbed(self):
+        tb = self.bin('tests', 'testbed', 'kgpu-testbed')
+        log = open(os.path.join(self.tmp, 'logs', 'testbed.log'), 'ab')
+        self.testbed = subprocess.Popen([tb, self.layout], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=log, close_fds=True,
+                                        env=self._env({}))
+        log.close()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            line = self.testbed.stdout.readline().decode()
+            if not line:
+                raise RuntimeError('kgpu-testbed exited before "ready" (rc %s)' % self.testbed.wait(2))
+            line = line.strip()
+            if line.startswith('UMOCKDEV_DIR='):
+                self.umockdev_dir = line.split('=', 1)[1]
+            elif line == 'ready':
+                break
+        if not self.umockdev_dir:
+            raise RuntimeError('kgpu-testbed did not print UMOCKDEV_DIR=')
+        self.log('testbed pid %d, UMOCKDEV_DIR=%s' % (self.testbed.pid, self.umockdev_dir))
+
+    def testbed_cmd(self, cmd, timeout=5):
+        """Sends a line to the testbed tool; returns the monotonic time just before it
+        was written (so delays measured from it include the write), raises unless the
+        answer is "ok"."""
+        with self._testbed_lock:
+            t = time.monotonic()
+            self.testbed.stdin.write((cmd + '\n').encode())
+            self.testbed.stdin.flush()
+            line = self.testbed.stdout.readline().decode().strip()
+        if line != 'ok':
+            raise RuntimeError('testbed answered %r to %r' % (line, cmd))
+        return t
+
+    def _env(self, extra):
+        env = {
+            'PATH': os.environ.get('PATH', '/usr/bin:/bin'),
+            'LANG': 'C.UTF-8',
+            'DBUS_SYSTEM_BUS_ADDRESS': self.bus_address if self.tmp else '',
+            'KGPU_LOG_LEVEL': 'debug',
+            'KGPU_LOG_TARGET': 'stderr',
+            'KGPU_CONFIG': getattr(self, 'config_file', ''),
+        }
+        for k in ('ASAN_OPTIONS', 'UBSAN_OPTIONS', 'LSAN_OPTIONS', 'MALLOC_PERTURB_'):
+            if k in os.environ:
+                env[k] = os.environ[k]
+        env.update(self.extra_env)
+        env.update(extra)
+        return env
+
+    def start_probe(self):
+        env = self._env({
+            'LD_PRELOAD': 'libumockdev-preload.so.0',
+            'UMOCKDEV_DIR': self.umockdev_dir,
+            'KGPU_RUNTIME_DIRECTORY': os.path.join(self.tmp, 'run', 'probe'),
+        })
+        d = Daemon(self, 'probe', [self.bin('daemons', 'probe', 'kgpu-probed')], env).start()
+        self.daemons['probe'] = d
+        return d
+
+    def start_broker(self):
+        env = self._env({'KGPU_RUNTIME_DIRECTORY': os.path.join(self.tmp, 'run', 'broker')})
+        d = Daemon(self, 'broker', [self.bin('daemons', 'broker', 'kgpu-brokerd')], env)
+        old = self.daemons.get('broker')
+        if old is not None:
+            d.returncodes = old.returncodes
+        self.daemons['broker'] = d.start()
+        return d
+
+    def start_grpcd(self):
+        env = self._env({'KGPU_RUNTIME_DIRECTORY': os.path.join(self.tmp, 'run', 'grpc')})
+        d = Daemon(self, 'grpc', [self.bin('daemons', 'grpc', 'kgpu-grpcd')], env).start()
+        self.daemons['grpc'] = d
+        return d
+
+    def restart_broker(self, timeout=10):
+        self.start_broker()
+        self.wait_bus_name(BROKER_BUS, timeout, self.daemons['broker'])
+
+    # --- bus ---------------------------------------------------------------------------
+    def busctl(self, *args, user=None, check=True, json_out=True, timeout=10):
+        """Runs busctl on the private bus (as `user` via setpriv if given). Returns the
+        parsed JSON (json_out) or the CompletedProcess when check is False."""
+        argv = ['busctl', '--address=' + self.bus_address]
+        if json_out:
+            argv.append('--json=short')
+        argv += list(args)
+        if user is not None:
+            argv = ['setpriv', '--reuid=' + user, '--regid=' + _group_of(user),
+                    '--clear-groups'] + argv
+        r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+        if not check:
+            return r
+        if r.returncode != 0:
+            raise RuntimeError('%s failed (rc %d): %s' % (' '.join(argv), r.returncode,
+                                                          r.stderr.decode(errors='replace').strip()))
+        return json.loads(r.stdout) if json_out else r.stdout.decode()
+
+    def name_has_owner(self, name):
+        r = self.busctl('call', 'org.freedesktop.DBus', '/org/freedesktop/DBus',
+                        'org.freedesktop.DBus', 'NameHasOwner', 's', name)
+        return bool(r['data'][0])
+
+    def wait_bus_name(self, name, timeout=10, daemon=None):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if daemon is not None and not daemon.alive():
+                raise RuntimeError('%s exited (rc %s) before taking %s' % (
+                    daemon.name, daemon.proc.returncode, name))
+            if self.name_has_owner(name):
+                return
+            time.sleep(0.02)
+        raise TimeoutError('%s did not appear on the bus within %ss' % (name, timeout))
+
+    def wait_bus_name_gone(self, name, timeout=10):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.name_has_owner(name):
+                return
+            time.sleep(0.02)
+        raise TimeoutError('%s still on the bus after %ss' % (name, timeout))
+
+    def list_allocations(self):
+        """Broker1.ListAllocations as [(id, resource, [device ids], created usec)]."""
+        r = self.busctl('call', BROKER_BUS, BROKER_PATH, BROKER_BUS, 'ListAllocations')
+        return [tuple(x) for x in r['data'][0]]
+
+    # --- privileges --------------------------------------------------------------------
+    def check_dropped(self, name, user):
+        """Asserts the daemon runs with every uid/gid of `user`, no supplementary groups
+        and no capabilities; returns the parsed /proc status."""
+        pw = pwd.getpwnam(user)
+        st = proc_status(self.daemons[name].pid)
+        assert st['Uid'] == [pw.pw_uid] * 4, '%s: Uid %r, expected all %d (%s)' % (name, st['Uid'], pw.pw_uid, user)
+        assert st['Gid'] == [pw.pw_gid] * 4, '%s: Gid %r, expected all %d' % (name, st['Gid'], pw.pw_gid)
+        assert st.get('Groups', []) in ([], [pw.pw_gid]), '%s: supplementary groups %r' % (name, st['Groups'])
+        for cap in ('CapPrm', 'CapEff', 'CapAmb', 'CapInh'):
+            assert st[cap] == 0, '%s: %s = %#x, expected none' % (name, cap, st[cap])
+        assert st['CapBnd'] == 0, '%s: bounding set %#x not cleared' % (name, st['CapBnd'])
+        return st
+
+    # --- stop --------------------------------------------------------------------------
+    def stop(self):
+        """Stops everything; returns {daemon: exit code on SIGTERM}."""
+        if self._stopped:
+            return {}
+        self._stopped = True
+        rcs = {}
+        if self.kubelet is not None:
+            try:
+                self.kubelet.stop()
+            except Exception as e:  # keep tearing down
+                self.log('kubelet sim stop: %s' % e)
+        for name in ('grpc', 'broker', 'probe'):
+            d = self.daemons.get(name)
+            if d is not None:
+                rcs[name] = d.stop()
+        if self.testbed is not None:
+            if self.testbed.poll() is None:
+                try:
+                    self.testbed.stdin.write(b'quit\n')
+                    self.testbed.stdin.flush()
+                    self.testbed.wait(3)
+                except (OSError, subprocess.TimeoutExpired):
+                    self.testbed.kill()
+                    self.testbed.wait()
+            for f in (self.testbed.stdin, self.testbed.stdout):
+                with contextlib.suppress(OSError):
+                    f.close()
+        if self.bus is not None:
+            if self.bus.poll() is None:
+                self.bus.terminate()
+                try:
+                    self.bus.wait(3)
+                except subprocess.TimeoutExpired:
+                    self.bus.kill()
+                    self.bus.wait()
+            self.bus.stdout.close()
+        if self._logfile:
+            self._logfile.close()
+            self._logfile = None
+        if self.tmp and os.environ.get('KGPU_TEST_KEEP_TMP') != '1':
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        elif self.tmp:
+            print('harness: kept %s' % self.tmp)
+        return rcs
+
+    def dump_logs(self):
+        if not self.tmp:
+            return
+        logs = os.path.join(self.tmp, 'logs')
+        if not os.path.isdir(logs):
+            return
+        for f in sorted(os.listdir(logs)):
+            try:
+                with open(os.path.join(logs, f), errors='replace') as fp:
+                    text = fp.read()
+            except OSError:
+                continue
+            print('----- %s (last 200 lines) -----' % f)
+            print('\n'.join(text.splitlines()[-200:]))
+        for name, d in self.daemons.items():
+            if d.notify:
+                print('----- %s sd_notify: %r' % (name, [m for _, m in d.notify]))
+        sys.stdout.flush()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        if exc[0] is not None and not issubclass(exc[0], Skip):
+            self.dump_logs()
+        self.stop()
+        return False
+
+
+def _group_of(user):
+    import grp
+    return grp.getgrgid(pwd.getpwnam(user).pw_gid).gr_name
+
+
+def run_test(fn, need_root=False, **node_args):
+    """Runs fn(node) on a fresh node; exits 0 (pass), 1 (fail) or 77 (skip)."""
+    name = os.path.basename(sys.argv[0])
+    if need_root and not is_root():
+        print('SKIP %s: needs root (privilege drop, other uids on the bus)' % name)
+        sys.exit(77)
+    node = None
+    try:
+        node = Node(**node_args)
+        node.start()
+        fn(node)
+    except Skip as e:
+        print('SKIP %s: %s' % (name, e))
+        if node:
+            node.stop()
+        sys.exit(77)
+    except BaseException:
+        traceback.print_exc()
+        if node:
+            node.dump_logs()
+            node.stop()
+        print('FAIL %s' % name)
+        sys.exit(1)
+    rcs = node.stop()
+    print('PASS %s (daemon exit codes on SIGTERM: %s)' % (name, rcs))
+    sys.exit(0)
+
+
+def check(cond, msg):
+    """assert that survives python -O."""
+    if not cond:
+        raise AssertionError(msg)
