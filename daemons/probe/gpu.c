@@ -1,0 +1,271 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * gpu.c — the Gpu object and the sysfs value parsers (see gpu.h).
+ *
+ * Parsers never log and never allocate; they accept only the exact forms the kernel
+ * writes, so anything else is reported as -EINVAL and replaced by a safe default.
+ */
+
+#include <ctype.h>
+#include <errno.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "daemons/probe/gpu.h"
+
+int gpu_new(const char *id, Gpu **ret) {
+        _cleanup_(gpu_freep) Gpu *g = NULL;
+
+        if (isempty(id))
+                return -EINVAL;
+
+        g = calloc(1, sizeof(Gpu));
+        if (!g)
+                return -ENOMEM;
+
+        g->id = strdup(id);
+        g->vendor = strdup("");
+        g->driver = strdup("");
+        g->pci_address = strdup("");
+        g->product = strdup("");
+        g->card_node = strdup("");
+        g->render_node = strdup("");
+        g->uuid = strdup("");
+        g->health = strdup(GPU_HEALTHY);
+        g->health_reason = strdup("");
+        g->device_nodes = calloc(1, sizeof(char *));
+        if (!g->id || !g->vendor || !g->driver || !g->pci_address || !g->product ||
+            !g->card_node || !g->render_node || !g->uuid || !g->health ||
+            !g->health_reason || !g->device_nodes)
+                return -ENOMEM;
+        g->tiles = 1;
+        g->numa_node = -1;
+
+        *ret = TAKE_PTR(g);
+        return 0;
+}
+
+Gpu *gpu_free(Gpu *g) {
+        if (!g)
+                return NULL;
+        free(g->id);
+        free(g->vendor);
+        free(g->driver);
+        free(g->pci_address);
+        free(g->product);
+        free(g->card_node);
+        free(g->render_node);
+        strv_free(g->device_nodes);
+        free(g->uuid);
+        free(g->health);
+        free(g->health_reason);
+        free(g->card_syspath);
+        free(g->render_syspath);
+        return mfree(g);
+}
+
+int gpu_update_device_nodes(Gpu *g) {
+        _cleanup_strv_free_ char **l = NULL;
+        int r;
+
+        l = calloc(1, sizeof(char *));
+        if (!l)
+                return -ENOMEM;
+        if (!isempty(g->card_node)) {
+                r = strv_extend(&l, g->card_node);
+                if (r < 0)
+                        return r;
+        }
+        if (!isempty(g->render_node)) {
+                r = strv_extend(&l, g->render_node);
+                if (r < 0)
+                        return r;
+        }
+        strv_free(g->device_nodes);
+        g->device_nodes = TAKE_PTR(l);
+        return 0;
+}
+
+int gpu_diff_properties(const Gpu *a, const Gpu *b, char ***ret) {
+        _cleanup_strv_free_ char **l = NULL;
+        int r = 0;
+
+        l = calloc(1, sizeof(char *));
+        if (!l)
+                return -ENOMEM;
+
+#define DIFF(cond, name)                                        \
+        do {                                                    \
+                if (r >= 0 && (cond))                           \
+                        r = strv_extend(&l, name);              \
+        } while (0)
+
+        DIFF(!streq(a->driver, b->driver), "Driver");
+        DIFF(!streq(a->product, b->product), "Product");
+        DIFF(a->memory_bytes != b->memory_bytes, "MemoryBytes");
+        DIFF(a->tiles != b->tiles, "Tiles");
+        DIFF(a->numa_node != b->numa_node, "NumaNode");
+        DIFF(!streq(a->card_node, b->card_node), "CardNode");
+        DIFF(!streq(a->render_node, b->render_node), "RenderNode");
+        DIFF(!strv_equal(a->device_nodes, b->device_nodes), "DeviceNodes");
+        DIFF(!streq(a->uuid, b->uuid), "Uuid");
+        DIFF(!streq(a->health, b->health), "Health");
+        DIFF(!streq(a->health_reason, b->health_reason), "HealthReason");
+#undef DIFF
+        if (r < 0)
+                return r;
+
+        *ret = TAKE_PTR(l);
+        return 0;
+}
+
+int gpu_copy_properties(Gpu *dst, const Gpu *src) {
+        _cleanup_strv_free_ char **nodes = NULL;
+        int r;
+
+        nodes = strv_copy(src->device_nodes);
+        if (!nodes)
+                return -ENOMEM;
+
+        if ((r = free_and_strdup(&dst->vendor, src->vendor)) < 0 ||
+            (r = free_and_strdup(&dst->driver, src->driver)) < 0 ||
+            (r = free_and_strdup(&dst->pci_address, src->pci_address)) < 0 ||
+            (r = free_and_strdup(&dst->product, src->product)) < 0 ||
+            (r = free_and_strdup(&dst->card_node, src->card_node)) < 0 ||
+            (r = free_and_strdup(&dst->render_node, src->render_node)) < 0 ||
+            (r = free_and_strdup(&dst->uuid, src->uuid)) < 0 ||
+            (r = free_and_strdup(&dst->health, src->health)) < 0 ||
+            (r = free_and_strdup(&dst->health_reason, src->health_reason)) < 0 ||
+            (r = free_and_strdup(&dst->card_syspath, src->card_syspath)) < 0 ||
+            (r = free_and_strdup(&dst->render_syspath, src->render_syspath)) < 0)
+                return r;
+
+        dst->vendor_id = src->vendor_id;
+        dst->device_id = src->device_id;
+        dst->memory_bytes = src->memory_bytes;
+        dst->tiles = src->tiles;
+        dst->numa_node = src->numa_node;
+        strv_free(dst->device_nodes);
+        dst->device_nodes = TAKE_PTR(nodes);
+        return 0;
+}
+
+int gpu_set_health(Gpu *g, const char *health, const char *reason) {
+        int r;
+
+        if (streq(g->health, health) && streq(g->health_reason, reason ?: ""))
+                return 0;
+        r = free_and_strdup(&g->health, health);
+        if (r < 0)
+                return r;
+        r = free_and_strdup(&g->health_reason, reason ?: "");
+        if (r < 0)
+                return r;
+        return 1;
+}
+
+static bool str_is_bounded(const char *s) {
+        return s && strnlen(s, GPU_SYSFS_VALUE_MAX + 1) <= GPU_SYSFS_VALUE_MAX;
+}
+
+int gpu_parse_pci_id(const char *s, uint16_t *ret) {
+        const char *p;
+        unsigned v = 0;
+        size_t n = 0;
+
+        if (!str_is_bounded(s))
+                return -EINVAL;
+        p = startswith(s, "0x") ?: startswith(s, "0X") ?: s;
+        for (; *p; p++, n++) {
+                if (!isxdigit((unsigned char) *p) || n >= 4)
+                        return -EINVAL;
+                v = v * 16 + (unsigned) (isdigit((unsigned char) *p) ? *p - '0'
+                                                                    : (tolower((unsigned char) *p) - 'a' + 10));
+        }
+        if (n == 0)
+                return -EINVAL;
+        *ret = (uint16_t) v;
+        return 0;
+}
+
+int gpu_parse_numa_node(const char *s, int32_t *ret) {
+        int32_t v;
+        int r;
+
+        if (!str_is_bounded(s))
+                return -EINVAL;
+        r = safe_atoi32(s, &v);
+        if (r < 0)
+                return r;
+        /* The kernel writes -1 for "no node"; CONFIG_NODES_SHIFT caps real nodes at 1024. */
+        if (v < -1 || v > 4095)
+                return -ERANGE;
+        *ret = v;
+        return 0;
+}
+
+int gpu_parse_memory_bytes(const char *s, uint64_t *ret) {
+        uint64_t v;
+        int r;
+
+        if (!str_is_bounded(s))
+                return -EINVAL;
+        r = safe_atou64(s, &v);
+        if (r < 0)
+                return r;
+        if (v > GPU_MEMORY_PER_TILE_MAX)
+                return -ERANGE;
+        *ret = v;
+        return 0;
+}
+
+bool gpu_pci_address_is_valid(const char *s) {
+        /* DDDD:BB:DD.F */
+        static const char pattern[] = "xxxx:xx:xx.x";
+
+        if (!s || strnlen(s, sizeof(pattern)) != sizeof(pattern) - 1)
+                return false;
+        for (size_t i = 0; i < sizeof(pattern) - 1; i++) {
+                if (pattern[i] == 'x') {
+                        if (!isxdigit((unsigned char) s[i]))
+                                return false;
+                } else if (s[i] != pattern[i])
+                        return false;
+        }
+        return s[11] >= '0' && s[11] <= '7';
+}
+
+static bool all_digits(const char *s) {
+        size_t n = 0;
+
+        for (; *s; s++, n++)
+                if (!isdigit((unsigned char) *s) || n >= 10)
+                        return false;
+        return n > 0;
+}
+
+GpuNodeKind gpu_node_kind_from_sysname(const char *sysname) {
+        const char *p;
+
+        if (!sysname)
+                return GPU_NODE_NONE;
+        p = startswith(sysname, "renderD");
+        if (p)
+                return all_digits(p) ? GPU_NODE_RENDER : GPU_NODE_NONE;
+        p = startswith(sysname, "card");
+        if (p)
+                return all_digits(p) ? GPU_NODE_CARD : GPU_NODE_NONE;
+        return GPU_NODE_NONE;
+}
+
+bool gpu_driver_is_intel(const char *driver) {
+        return streq(driver, "i915") || streq(driver, "xe");
+}
+
+uint64_t gpu_memory_total(uint64_t per_tile, uint32_t tiles) {
+        if (per_tile == 0 || tiles == 0)
+                return 0;
+        if (per_tile > UINT64_MAX / tiles)
+                return 0;
+        return per_tile * tiles;
+}

@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * gpu.h — one GPU as the probe exports it (io.kgpu.Gpu1), and the sysfs value parsers.
+ *
+ * A Gpu owns all its strings; none of them is ever NULL once gpu_new() returned (empty
+ * strings stand for "unknown"), so sd-bus can read them by offset. The parsers take one
+ * attribute value as read from sysfs (hostile: any bytes, any length) and return 0 and
+ * the value, or a negative errno (-EINVAL garbage, -ERANGE out of range) without
+ * writing ret; callers substitute the documented safe default and log at debug.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/cleanup.h"
+
+#define GPU_HEALTHY   "Healthy"
+#define GPU_UNHEALTHY "Unhealthy"
+
+/* Longest sysfs attribute value the probe reads; anything longer is garbage. */
+#define GPU_SYSFS_VALUE_MAX 64
+/* Larger lmem_total_bytes values (1 PiB) are treated as garbage. */
+#define GPU_MEMORY_PER_TILE_MAX (UINT64_C(1) << 50)
+/* Most gt/tile entries counted per GPU. */
+#define GPU_TILES_MAX 64
+
+typedef struct Gpu {
+        char *id;               /* PCI address for Intel */
+        char *vendor;           /* "intel" */
+        char *driver;           /* "i915", "xe" */
+        char *pci_address;
+        uint16_t vendor_id;
+        uint16_t device_id;
+        char *product;
+        uint64_t memory_bytes;
+        uint32_t tiles;
+        int32_t numa_node;
+        char *card_node;        /* "/dev/dri/card0" or "" */
+        char *render_node;      /* "/dev/dri/renderD128" or "" */
+        char **device_nodes;    /* card and render node, those that exist */
+        char *uuid;
+        char *health;           /* GPU_HEALTHY or GPU_UNHEALTHY */
+        char *health_reason;
+
+        /* Not exported: udev syspaths of the DRM nodes, to match remove events whose
+         * sysfs entries are already gone. */
+        char *card_syspath;
+        char *render_syspath;
+} Gpu;
+
+/* A Healthy GPU with the given id and every string set to "". */
+int gpu_new(const char *id, Gpu **ret);
+Gpu *gpu_free(Gpu *g);
+DEFINE_CLEANUP_FUNC(Gpu, gpu_free);
+
+/* Recomputes device_nodes from card_node and render_node. */
+int gpu_update_device_nodes(Gpu *g);
+
+/* Names (D-Bus property names) of the properties that differ between a and b, into
+ * *ret (a strv, possibly empty). Only non-const properties are compared. */
+int gpu_diff_properties(const Gpu *a, const Gpu *b, char ***ret);
+
+/* Copies every exported value (not id) from src into dst. */
+int gpu_copy_properties(Gpu *dst, const Gpu *src);
+
+/* Sets health and reason; returns 1 if anything changed, 0 if not, <0 on OOM. */
+int gpu_set_health(Gpu *g, const char *health, const char *reason);
+
+/* "0x8086" or "8086" (1-4 hex digits, optional 0x) -> 0x8086. */
+int gpu_parse_pci_id(const char *s, uint16_t *ret);
+/* "-1" or "0".."4095". */
+int gpu_parse_numa_node(const char *s, int32_t *ret);
+/* Unsigned decimal (or 0x hex) byte count, at most GPU_MEMORY_PER_TILE_MAX. */
+int gpu_parse_memory_bytes(const char *s, uint64_t *ret);
+/* "DDDD:BB:DD.F", hex, the form sysfs uses for PCI device names. */
+bool gpu_pci_address_is_valid(const char *s);
+
+typedef enum GpuNodeKind {
+        GPU_NODE_NONE,
+        GPU_NODE_CARD,          /* cardN */
+        GPU_NODE_RENDER,        /* renderDN */
+} GpuNodeKind;
+
+/* Classifies a drm sysname; connectors ("card0-DP-1") and anything else are NONE. */
+GpuNodeKind gpu_node_kind_from_sysname(const char *sysname);
+
+/* Whether the driver name is one this probe handles ("i915", "xe"). */
+bool gpu_driver_is_intel(const char *driver);
+
+/* lmem per tile x tiles; 0 if per_tile is 0 or the product overflows. */
+uint64_t gpu_memory_total(uint64_t per_tile, uint32_t tiles);

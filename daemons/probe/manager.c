@@ -1,0 +1,331 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * manager.c — kgpu-probed's event loop, udev monitor and GPU table (see manager.h).
+ *
+ * Latency path for hot-unplug: udev monitor fd readable -> manager_handle_device() ->
+ * manager_mark_removed() -> sd_bus_emit_properties_changed() (written to the bus socket
+ * at once when the write queue is empty). No timers, no debouncing.
+ */
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pwd.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+#include <systemd/sd-daemon.h>
+
+#include "common/bus-names.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "daemons/probe/manager.h"
+#include "daemons/probe/probe-dbus.h"
+#include "daemons/probe/udev-scan.h"
+
+/* udev events handled per wakeup, so a flood cannot starve the bus. */
+#define MANAGER_EVENTS_PER_WAKEUP 64
+
+static inline void udev_device_unrefp(struct udev_device **d) {
+        if (*d)
+                udev_device_unref(*d);
+}
+
+int manager_new(Manager **ret) {
+        _cleanup_(manager_freep) Manager *m = NULL;
+        int r;
+
+        m = calloc(1, sizeof(Manager));
+        if (!m)
+                return -ENOMEM;
+        m->broker_uid = (uid_t) -1;
+        m->start_time = now_usec(CLOCK_REALTIME);
+
+        r = sd_event_default(&m->event);
+        if (r < 0)
+                return r;
+
+        *ret = TAKE_PTR(m);
+        return 0;
+}
+
+Manager *manager_free(Manager *m) {
+        if (!m)
+                return NULL;
+        sd_event_source_unref(m->monitor_source);
+        if (m->monitor)
+                udev_monitor_unref(m->monitor);
+        if (m->udev)
+                udev_unref(m->udev);
+        sd_bus_flush_close_unref(m->bus);
+        sd_event_unref(m->event);
+        for (size_t i = 0; i < m->n_gpus; i++)
+                gpu_free(m->gpus[i]);
+        free(m->gpus);
+        return mfree(m);
+}
+
+int manager_set_broker_user(Manager *m, const char *user) {
+        struct passwd *pw;
+
+        m->broker_uid = (uid_t) -1;
+        if (isempty(user))
+                return 0;
+        errno = 0;
+        pw = getpwnam(user);
+        if (!pw)
+                return errno > 0 ? -errno : -ESRCH;
+        m->broker_uid = pw->pw_uid;
+        return 0;
+}
+
+Gpu *manager_find_gpu(Manager *m, const char *id) {
+        for (size_t i = 0; i < m->n_gpus; i++)
+                if (streq(m->gpus[i]->id, id))
+                        return m->gpus[i];
+        return NULL;
+}
+
+static size_t manager_count_healthy(Manager *m) {
+        size_t n = 0;
+
+        for (size_t i = 0; i < m->n_gpus; i++)
+                if (streq(m->gpus[i]->health, GPU_HEALTHY))
+                        n++;
+        return n;
+}
+
+void manager_notify_status(Manager *m) {
+        size_t healthy = manager_count_healthy(m);
+
+        if (healthy == m->n_gpus)
+                (void) sd_notifyf(false, "STATUS=%zu GPUs", m->n_gpus);
+        else
+                (void) sd_notifyf(false, "STATUS=%zu GPUs (%zu unhealthy)", m->n_gpus, m->n_gpus - healthy);
+}
+
+static void log_gpu_found(const Gpu *g) {
+        log_struct(LOG_INFO, KGPU_MESSAGE_GPU_ADDED,
+                   "Found GPU %s (%s, 0x%04x:0x%04x, %s%s%s, %u tiles, %" PRIu64 " bytes, NUMA node %d).",
+                   g->id, g->driver, g->vendor_id, g->device_id, g->card_node,
+                   isempty(g->render_node) ? "" : " ", g->render_node,
+                   g->tiles, g->memory_bytes, g->numa_node);
+}
+
+int manager_upsert_gpu(Manager *m, Gpu *g) {
+        _cleanup_(gpu_freep) Gpu *owned = g;
+        _cleanup_strv_free_ char **changed = NULL;
+        Gpu *old, **a;
+        size_t pos;
+        int r;
+
+        old = manager_find_gpu(m, g->id);
+        if (old) {
+                bool was_unhealthy = !streq(old->health, GPU_HEALTHY);
+
+                r = gpu_diff_properties(old, g, &changed);
+                if (r < 0)
+                        return r;
+                r = gpu_copy_properties(old, g);
+                if (r < 0)
+                        return r;
+                if (was_unhealthy && streq(old->health, GPU_HEALTHY))
+                        log_struct(LOG_NOTICE, KGPU_MESSAGE_GPU_HEALTH,
+                                   "GPU %s is back (%s), healthy again.", old->id, old->card_node);
+                r = probe_dbus_emit_gpu_changed(m, old, changed);
+                if (r < 0)
+                        log_debug_errno(r, "Failed to emit PropertiesChanged for %s, ignoring: %m", old->id);
+                if (strv_length(changed) > 0)
+                        manager_notify_status(m);
+                return 0;
+        }
+
+        if (m->n_gpus >= UDEV_SCAN_GPUS_MAX) {
+                log_debug("GPU table full, ignoring %s.", g->id);
+                return 0;
+        }
+        a = reallocarray(m->gpus, m->n_gpus + 1, sizeof(Gpu *));
+        if (!a)
+                return -ENOMEM;
+        m->gpus = a;
+        for (pos = 0; pos < m->n_gpus && strcmp(m->gpus[pos]->id, g->id) < 0; pos++)
+                ;
+        memmove(m->gpus + pos + 1, m->gpus + pos, (m->n_gpus - pos) * sizeof(Gpu *));
+        m->gpus[pos] = TAKE_PTR(owned);
+        m->n_gpus++;
+
+        log_gpu_found(g);
+        r = probe_dbus_emit_gpu_added(m, g);
+        if (r < 0)
+                log_debug_errno(r, "Failed to emit InterfacesAdded for %s, ignoring: %m", g->id);
+        manager_notify_status(m);
+        return 1;
+}
+
+static int manager_set_gpu_removed(Manager *m, Gpu *g) {
+        char *names[] = { (char *) "Health", (char *) "HealthReason", NULL };
+        int r;
+
+        r = gpu_set_health(g, GPU_UNHEALTHY, "removed");
+        if (r <= 0)
+                return r;
+        r = probe_dbus_emit_gpu_changed(m, g, names);
+        if (r < 0)
+                log_debug_errno(r, "Failed to emit PropertiesChanged for %s, ignoring: %m", g->id);
+        log_struct(LOG_WARNING, KGPU_MESSAGE_GPU_REMOVED,
+                   "GPU %s (%s) was removed, marking it unhealthy.", g->id, g->card_node);
+        manager_notify_status(m);
+        return 1;
+}
+
+int manager_mark_removed(Manager *m, const char *syspath) {
+        if (isempty(syspath))
+                return 0;
+        for (size_t i = 0; i < m->n_gpus; i++) {
+                Gpu *g = m->gpus[i];
+
+                if (streq(g->card_syspath, syspath) || streq(g->render_syspath, syspath))
+                        return manager_set_gpu_removed(m, g);
+        }
+        return 0;
+}
+
+int manager_handle_device(Manager *m, struct udev_device *d) {
+        _cleanup_(udev_device_unrefp) struct udev_device *pci = NULL;
+        const char *action = udev_device_get_action(d);
+        Gpu *g;
+        int r;
+
+        if (gpu_node_kind_from_sysname(udev_device_get_sysname(d)) == GPU_NODE_NONE)
+                return 0;
+
+        if (streq(action, "remove"))
+                return manager_mark_removed(m, udev_device_get_syspath(d));
+
+        if (!streq(action, "add") && !streq(action, "change") && !streq(action, "bind") &&
+            !streq(action, "move"))
+                return 0;
+
+        pci = udev_scan_pci_parent(d);
+        if (!pci)
+                return 0;
+        r = udev_scan_read_gpu(m->udev, pci, &g);
+        if (r <= 0)
+                return r;
+        return manager_upsert_gpu(m, g);
+}
+
+static int on_udev_event(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        Manager *m = userdata;
+
+        for (unsigned k = 0; k < MANAGER_EVENTS_PER_WAKEUP; k++) {
+                _cleanup_(udev_device_unrefp) struct udev_device *d = NULL;
+                int r;
+
+                d = udev_monitor_receive_device(m->monitor);
+                if (!d)
+                        break;
+                r = manager_handle_device(m, d);
+                if (r < 0)
+                        log_warning_errno(r, "Failed to handle %s event for %s, ignoring: %m",
+                                          udev_device_get_action(d) ?: "?",
+                                          udev_device_get_syspath(d) ?: "?");
+        }
+        return 0;
+}
+
+int manager_rescan(Manager *m) {
+        Gpu **found = NULL;
+        int r, n;
+
+        n = udev_scan_enumerate(m->udev, &found);
+        if (n < 0)
+                return n;
+
+        /* GPUs we know that are gone now are kept, unhealthy. */
+        for (size_t i = 0; i < m->n_gpus; i++) {
+                bool present = false;
+
+                for (Gpu **f = found; *f; f++)
+                        if (streq((*f)->id, m->gpus[i]->id)) {
+                                present = true;
+                                break;
+                        }
+                if (!present)
+                        (void) manager_set_gpu_removed(m, m->gpus[i]);
+        }
+
+        r = 0;
+        for (Gpu **f = found; *f; f++) {
+                int k = manager_upsert_gpu(m, TAKE_PTR(*f));
+
+                if (k < 0 && r == 0)
+                        r = k;
+        }
+        free(found);
+        return r;
+}
+
+static int manager_start_udev(Manager *m) {
+        int r;
+
+        m->udev = udev_new();
+        if (!m->udev)
+                return log_error_errno(-ENOMEM, "Failed to create udev context: %m");
+
+        /* The "udev" group: events after udevd processed them, so device nodes exist. */
+        m->monitor = udev_monitor_new_from_netlink(m->udev, "udev");
+        if (!m->monitor)
+                return log_error_errno(-EIO, "Failed to create udev monitor.");
+        r = udev_monitor_filter_add_match_subsystem_devtype(m->monitor, "drm", NULL);
+        if (r < 0)
+                return log_error_errno(r, "Failed to set udev monitor filter: %m");
+        r = udev_monitor_enable_receiving(m->monitor);
+        if (r < 0)
+                return log_error_errno(r, "Failed to enable udev monitor: %m");
+
+        r = sd_event_add_io(m->event, &m->monitor_source, udev_monitor_get_fd(m->monitor),
+                            EPOLLIN, on_udev_event, m);
+        if (r < 0)
+                return log_error_errno(r, "Failed to watch udev monitor: %m");
+        (void) sd_event_source_set_description(m->monitor_source, "udev-monitor");
+        return 0;
+}
+
+static int manager_connect_bus(Manager *m) {
+        int r;
+
+        r = sd_bus_open_system(&m->bus);
+        if (r < 0)
+                return log_error_errno(r, "Failed to connect to the system bus: %m");
+        r = probe_dbus_register(m);
+        if (r < 0)
+                return log_error_errno(r, "Failed to register D-Bus objects: %m");
+        r = sd_bus_attach_event(m->bus, m->event, SD_EVENT_PRIORITY_NORMAL);
+        if (r < 0)
+                return log_error_errno(r, "Failed to attach bus to event loop: %m");
+        r = sd_bus_request_name(m->bus, KGPU_PROBE_BUS_NAME, 0);
+        if (r < 0)
+                return log_error_errno(r, "Failed to acquire bus name %s: %m", KGPU_PROBE_BUS_NAME);
+        return 0;
+}
+
+int manager_start(Manager *m) {
+        int r;
+
+        /* Monitor first, so nothing between enumeration and the first event is lost. */
+        r = manager_start_udev(m);
+        if (r < 0)
+                return r;
+
+        /* Enumerate before taking the name, so clients never see a half-filled tree. */
+        r = manager_rescan(m);
+        if (r < 0)
+                return log_error_errno(r, "Failed to enumerate GPUs: %m");
+
+        r = manager_connect_bus(m);
+        if (r < 0)
+                return r;
+
+        manager_notify_status(m);
+        return 0;
+}

@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * manager.h — kgpu-probed's state: the event loop, the bus, libudev and the GPU table.
+ *
+ * The Manager owns every Gpu (kept sorted by id, never removed: a GPU that disappears
+ * stays exported as Unhealthy/"removed"). udev events are read from a udev_monitor on
+ * the sd-event loop and applied directly, with no timer in between, so a remove event
+ * turns into a PropertiesChanged signal within the same loop iteration.
+ * Functions return negative errno; manager_start() logs its own failures (it is the
+ * boundary), the others log at debug at most except for the operator events
+ * (GPU found, removed, healthy again) which carry MESSAGE_IDs.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include <libudev.h>
+#include <systemd/sd-bus.h>
+#include <systemd/sd-event.h>
+
+#include "common/cleanup.h"
+#include "daemons/probe/gpu.h"
+
+typedef struct Manager {
+        sd_event *event;
+        sd_bus *bus;
+        struct udev *udev;
+        struct udev_monitor *monitor;
+        sd_event_source *monitor_source;
+
+        Gpu **gpus;             /* sorted by id */
+        size_t n_gpus;
+
+        uid_t broker_uid;       /* (uid_t) -1 when the broker user does not exist */
+        uint64_t start_time;    /* CLOCK_REALTIME usec */
+} Manager;
+
+int manager_new(Manager **ret);
+Manager *manager_free(Manager *m);
+DEFINE_CLEANUP_FUNC(Manager, manager_free);
+
+/* Resolves the broker user (may be NULL or unknown: then only root may call Rescan). */
+int manager_set_broker_user(Manager *m, const char *user);
+
+/* Opens libudev and the monitor, enumerates, connects to the system bus, exports the
+ * objects and takes the bus name. Logs failures. */
+int manager_start(Manager *m);
+
+/* Re-enumerates and reconciles the GPU table with the result; emits the signals. */
+int manager_rescan(Manager *m);
+
+/* Applies one udev event (action, drm device). Exposed for tests. */
+int manager_handle_device(Manager *m, struct udev_device *d);
+
+Gpu *manager_find_gpu(Manager *m, const char *id);
+
+/* Inserts a new GPU (takes ownership) or updates the existing one with its values;
+ * emits InterfacesAdded or PropertiesChanged when connected. Returns 1 if added. */
+int manager_upsert_gpu(Manager *m, Gpu *g);
+
+/* Marks the GPU whose card or render node has this syspath unhealthy ("removed").
+ * Returns 1 if a GPU changed, 0 if none matched or it was already unhealthy. */
+int manager_mark_removed(Manager *m, const char *syspath);
+
+/* Sends STATUS="N GPUs" to the service manager. */
+void manager_notify_status(Manager *m);

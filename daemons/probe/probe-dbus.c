@@ -1,0 +1,191 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * probe-dbus.c — io.kgpu.Probe1 / io.kgpu.Gpu1 vtables and signal helpers (see probe-dbus.h).
+ *
+ * Reads go through sd-bus' offset-based getters on the Gpu found for the path; the
+ * only mutation, Rescan, is allowed for uid 0 and the broker's uid only, whatever the
+ * bus policy says.
+ */
+
+#include <errno.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "common/bus-names.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "daemons/probe/probe-dbus.h"
+
+static int property_get_version(sd_bus *bus, const char *path, const char *interface,
+                                const char *property, sd_bus_message *reply,
+                                void *userdata, sd_bus_error *error) {
+        return sd_bus_message_append(reply, "s", KGPU_VERSION);
+}
+
+static int property_get_device_nodes(sd_bus *bus, const char *path, const char *interface,
+                                     const char *property, sd_bus_message *reply,
+                                     void *userdata, sd_bus_error *error) {
+        Gpu *g = userdata;
+
+        return sd_bus_message_append_strv(reply, g->device_nodes);
+}
+
+int probe_dbus_check_sender(Manager *m, sd_bus_message *message, sd_bus_error *error) {
+        _cleanup_(sd_bus_creds_unrefp) sd_bus_creds *creds = NULL;
+        uid_t uid;
+        int r;
+
+        r = sd_bus_query_sender_creds(message, SD_BUS_CREDS_EUID, &creds);
+        if (r >= 0)
+                r = sd_bus_creds_get_euid(creds, &uid);
+        if (r < 0)
+                return sd_bus_error_set_errnof(error, r, "Cannot determine caller: %m");
+
+        if (uid == 0 || (m->broker_uid != (uid_t) -1 && uid == m->broker_uid))
+                return 0;
+
+        return sd_bus_error_setf(error, KGPU_ERROR_ACCESS_DENIED,
+                                 "Caller uid %u may not call %s.", (unsigned) uid,
+                                 sd_bus_message_get_member(message));
+}
+
+static int method_rescan(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+        Manager *m = userdata;
+        int r;
+
+        r = probe_dbus_check_sender(m, message, error);
+        if (r < 0)
+                return r;
+
+        r = manager_rescan(m);
+        if (r < 0)
+                return sd_bus_error_set_errnof(error, r, "Rescan failed: %m");
+
+        return sd_bus_reply_method_return(message, NULL);
+}
+
+static const sd_bus_vtable probe_vtable[] = {
+        SD_BUS_VTABLE_START(0),
+        SD_BUS_PROPERTY("Version", "s", property_get_version, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+        SD_BUS_PROPERTY("StartTime", "t", NULL, offsetof(Manager, start_time), SD_BUS_VTABLE_PROPERTY_CONST),
+        SD_BUS_METHOD_WITH_ARGS("Rescan", SD_BUS_NO_ARGS, SD_BUS_NO_RESULT, method_rescan,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_VTABLE_END
+};
+
+#define GPU_PROP_CONST(name, sig, field) \
+        SD_BUS_PROPERTY(name, sig, NULL, offsetof(Gpu, field), SD_BUS_VTABLE_PROPERTY_CONST)
+#define GPU_PROP(name, sig, field) \
+        SD_BUS_PROPERTY(name, sig, NULL, offsetof(Gpu, field), SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE)
+
+static const sd_bus_vtable gpu_vtable[] = {
+        SD_BUS_VTABLE_START(0),
+        GPU_PROP_CONST("Id", "s", id),
+        GPU_PROP_CONST("Vendor", "s", vendor),
+        GPU_PROP("Driver", "s", driver),
+        GPU_PROP_CONST("PciAddress", "s", pci_address),
+        GPU_PROP_CONST("VendorId", "q", vendor_id),
+        GPU_PROP_CONST("DeviceId", "q", device_id),
+        GPU_PROP("Product", "s", product),
+        GPU_PROP("MemoryBytes", "t", memory_bytes),
+        GPU_PROP("Tiles", "u", tiles),
+        GPU_PROP("NumaNode", "i", numa_node),
+        GPU_PROP("CardNode", "s", card_node),
+        GPU_PROP("RenderNode", "s", render_node),
+        SD_BUS_PROPERTY("DeviceNodes", "as", property_get_device_nodes, 0,
+                        SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        GPU_PROP("Uuid", "s", uuid),
+        GPU_PROP("Health", "s", health),
+        GPU_PROP("HealthReason", "s", health_reason),
+        SD_BUS_VTABLE_END
+};
+
+static const BusIntrospectEntry introspect_entries[] = {
+        { KGPU_PROBE_PATH, KGPU_PROBE_INTERFACE, probe_vtable, false },
+        { KGPU_GPU_PATH_PREFIX, KGPU_GPU_INTERFACE, gpu_vtable, true },
+};
+
+const BusIntrospectEntry *probe_dbus_introspect_entries(size_t *ret_n) {
+        *ret_n = ELEMENTSOF(introspect_entries);
+        return introspect_entries;
+}
+
+int probe_dbus_gpu_path(const char *id, char **ret) {
+        return sd_bus_path_encode(KGPU_GPU_PATH_PREFIX, id, ret);
+}
+
+static int gpu_object_find(sd_bus *bus, const char *path, const char *interface,
+                           void *userdata, void **ret_found, sd_bus_error *error) {
+        _cleanup_free_ char *id = NULL;
+        Manager *m = userdata;
+        Gpu *g;
+        int r;
+
+        r = sd_bus_path_decode(path, KGPU_GPU_PATH_PREFIX, &id);
+        if (r <= 0)
+                return 0;
+        g = manager_find_gpu(m, id);
+        if (!g)
+                return 0;
+        *ret_found = g;
+        return 1;
+}
+
+static int gpu_node_enumerator(sd_bus *bus, const char *path, void *userdata,
+                               char ***ret_nodes, sd_bus_error *error) {
+        _cleanup_strv_free_ char **l = NULL;
+        Manager *m = userdata;
+        int r;
+
+        l = calloc(m->n_gpus + 1, sizeof(char *));
+        if (!l)
+                return -ENOMEM;
+        for (size_t i = 0; i < m->n_gpus; i++) {
+                r = probe_dbus_gpu_path(m->gpus[i]->id, &l[i]);
+                if (r < 0)
+                        return r;
+        }
+        *ret_nodes = TAKE_PTR(l);
+        return 1;
+}
+
+int probe_dbus_register(Manager *m) {
+        int r;
+
+        r = sd_bus_add_object_vtable(m->bus, NULL, KGPU_PROBE_PATH, KGPU_PROBE_INTERFACE,
+                                     probe_vtable, m);
+        if (r < 0)
+                return r;
+        r = sd_bus_add_fallback_vtable(m->bus, NULL, KGPU_GPU_PATH_PREFIX, KGPU_GPU_INTERFACE,
+                                       gpu_vtable, gpu_object_find, m);
+        if (r < 0)
+                return r;
+        r = sd_bus_add_node_enumerator(m->bus, NULL, KGPU_GPU_PATH_PREFIX, gpu_node_enumerator, m);
+        if (r < 0)
+                return r;
+        return sd_bus_add_object_manager(m->bus, NULL, KGPU_PROBE_PATH);
+}
+
+int probe_dbus_emit_gpu_added(Manager *m, const Gpu *g) {
+        _cleanup_free_ char *path = NULL;
+        int r;
+
+        if (!m->bus)
+                return 0;
+        r = probe_dbus_gpu_path(g->id, &path);
+        if (r < 0)
+                return r;
+        return sd_bus_emit_object_added(m->bus, path);
+}
+
+int probe_dbus_emit_gpu_changed(Manager *m, const Gpu *g, char **names) {
+        _cleanup_free_ char *path = NULL;
+        int r;
+
+        if (!m->bus || strv_length(names) == 0)
+                return 0;
+        r = probe_dbus_gpu_path(g->id, &path);
+        if (r < 0)
+                return r;
+        return sd_bus_emit_properties_changed_strv(m->bus, path, KGPU_GPU_INTERFACE, names);
+}

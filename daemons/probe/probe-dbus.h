@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * probe-dbus.h — the io.kgpu.Probe1 and io.kgpu.Gpu1 vtables (contract: dbus/io.kgpu.Probe1.xml).
+ *
+ * /io/kgpu/Probe1 carries io.kgpu.Probe1 and the ObjectManager; each GPU is a child
+ * object served by one fallback vtable that looks the Gpu up by its decoded path. The
+ * emit helpers are no-ops (returning 0) while the manager has no bus.
+ */
+#pragma once
+
+#include <systemd/sd-bus.h>
+
+#include "common/bus-introspect.h"
+#include "daemons/probe/manager.h"
+
+/* Registers the vtables, node enumerator and ObjectManager on m->bus. */
+int probe_dbus_register(Manager *m);
+
+/* The (path, interface, vtable) entries for bus_introspect_print(). */
+const BusIntrospectEntry *probe_dbus_introspect_entries(size_t *ret_n);
+
+/* Object path of a GPU (caller frees). */
+int probe_dbus_gpu_path(const char *id, char **ret);
+
+int probe_dbus_emit_gpu_added(Manager *m, const Gpu *g);
+/* names: NULL-terminated list of Gpu1 property names; empty list: nothing sent. */
+int probe_dbus_emit_gpu_changed(Manager *m, const Gpu *g, char **names);
+
+/* Allows uid 0 and the broker's uid; otherwise sets io.kgpu.Error.AccessDenied.
+ * Returns 0 if allowed, negative errno (with error set) if not. */
+int probe_dbus_check_sender(Manager *m, sd_bus_message *message, sd_bus_error *error);

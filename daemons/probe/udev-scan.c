@@ -1,0 +1,319 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * udev-scan.c — Intel GPU discovery with libudev (see udev-scan.h).
+ *
+ * Ownership: udev references are dropped before returning; Gpu objects go to the caller.
+ */
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "daemons/probe/udev-scan.h"
+
+static inline void udev_enumerate_unrefp(struct udev_enumerate **e) {
+        if (*e)
+                udev_enumerate_unref(*e);
+}
+static inline void udev_device_unrefp(struct udev_device **d) {
+        if (*d)
+                udev_device_unref(*d);
+}
+static inline void closedirp(DIR **d) {
+        if (*d)
+                closedir(*d);
+}
+
+#define INTEL_VENDOR_ID 0x8086
+
+static int attr_read(int dir_fd, const char *name, char **ret) {
+        char *v = NULL;
+        size_t n;
+        int r;
+
+        r = read_one_line_file_at(dir_fd, name, GPU_SYSFS_VALUE_MAX, &v);
+        if (r < 0)
+                return r;
+        n = strlen(v);
+        while (n > 0 && isspace((unsigned char) v[n - 1]))
+                v[--n] = 0;
+        *ret = v;
+        return 0;
+}
+
+static int dir_open(const char *path) {
+        int fd = open(path, O_PATH|O_DIRECTORY|O_CLOEXEC);
+
+        return fd < 0 ? negative_errno() : fd;
+}
+
+static unsigned count_entries(int dir_fd, const char *subdir, const char *prefix, size_t max_digits) {
+        _cleanup_(closedirp) DIR *d = NULL;
+        unsigned n = 0;
+        int fd;
+
+        fd = openat(dir_fd, subdir, O_RDONLY|O_DIRECTORY|O_CLOEXEC);
+        if (fd < 0)
+                return 0;
+        d = fdopendir(fd);
+        if (!d) {
+                safe_close(fd);
+                return 0;
+        }
+        for (struct dirent *de; (de = readdir(d)) && n < GPU_TILES_MAX; ) {
+                const char *p = startswith(de->d_name, prefix);
+                size_t k;
+
+                if (!p)
+                        continue;
+                for (k = 0; p[k] && isdigit((unsigned char) p[k]); k++)
+                        ;
+                if (k == 0 || p[k] != 0 || k > max_digits)
+                        continue;
+                n++;
+        }
+        return n;
+}
+
+uint32_t udev_scan_count_tiles(int card_dir_fd) {
+        unsigned n;
+
+        /* i915: card/gt/gt<N>; xe: card/device/tile<N> (one digit, as other tools count). */
+        n = count_entries(card_dir_fd, "gt", "gt", 3) + count_entries(card_dir_fd, "device", "tile", 1);
+        return (uint32_t) MIN(MAX(n, 1u), (unsigned) GPU_TILES_MAX);
+}
+
+struct udev_device *udev_scan_pci_parent(struct udev_device *drm) {
+        struct udev_device *p;
+
+        /* The parent is owned by the child; hand out our own reference. */
+        p = udev_device_get_parent_with_subsystem_devtype(drm, "pci", NULL);
+        return p ? udev_device_ref(p) : NULL;
+}
+
+static int read_drm_children(struct udev *udev, struct udev_device *pci, Gpu *g) {
+        _cleanup_(udev_enumerate_unrefp) struct udev_enumerate *e = NULL;
+        struct udev_list_entry *i;
+        int r;
+
+        e = udev_enumerate_new(udev);
+        if (!e)
+                return -ENOMEM;
+        r = udev_enumerate_add_match_subsystem(e, "drm");
+        if (r < 0)
+                return r;
+        r = udev_enumerate_add_match_parent(e, pci);
+        if (r < 0)
+                return r;
+        r = udev_enumerate_scan_devices(e);
+        if (r < 0)
+                return r;
+
+        udev_list_entry_foreach(i, udev_enumerate_get_list_entry(e)) {
+                _cleanup_(udev_device_unrefp) struct udev_device *d = NULL;
+                const char *syspath = udev_list_entry_get_name(i), *node, *devtype;
+                GpuNodeKind kind;
+                char **node_p, **syspath_p;
+
+                d = udev_device_new_from_syspath(udev, syspath);
+                if (!d)
+                        continue;
+                kind = gpu_node_kind_from_sysname(udev_device_get_sysname(d));
+                devtype = udev_device_get_devtype(d);
+                if (kind == GPU_NODE_NONE || (devtype && !streq(devtype, "drm_minor")))
+                        continue;
+                node = udev_device_get_devnode(d);
+                if (isempty(node)) {
+                        log_debug("%s: no device node, ignoring.", syspath);
+                        continue;
+                }
+                if (strlen(node) > 255 || node[0] != '/') {
+                        log_debug("%s: odd device node, ignoring.", syspath);
+                        continue;
+                }
+
+                node_p = kind == GPU_NODE_CARD ? &g->card_node : &g->render_node;
+                syspath_p = kind == GPU_NODE_CARD ? &g->card_syspath : &g->render_syspath;
+                /* One of each per GPU; the first in enumeration (sorted) order wins. */
+                if (!isempty(*node_p))
+                        continue;
+                r = free_and_strdup(node_p, node);
+                if (r < 0)
+                        return r;
+                r = free_and_strdup(syspath_p, syspath);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+int udev_scan_read_gpu(struct udev *udev, struct udev_device *pci, Gpu **ret) {
+        _cleanup_(gpu_freep) Gpu *g = NULL;
+        _cleanup_close_ int pci_fd = -EBADF, card_fd = -EBADF;
+        _cleanup_free_ char *vendor = NULL, *device = NULL, *numa = NULL, *lmem = NULL;
+        const char *address, *driver, *syspath;
+        uint16_t vendor_id;
+        uint64_t per_tile = 0;
+        int r;
+
+        address = udev_device_get_sysname(pci);
+        syspath = udev_device_get_syspath(pci);
+        if (!gpu_pci_address_is_valid(address) || !syspath)
+                return 0;
+        driver = udev_device_get_driver(pci);
+        if (!gpu_driver_is_intel(driver))
+                return 0;
+
+        pci_fd = dir_open(syspath);
+        if (pci_fd < 0)
+                return log_debug_errno(pci_fd, "%s: cannot open sysfs directory: %m", address);
+
+        r = attr_read(pci_fd, "vendor", &vendor);
+        if (r < 0 || gpu_parse_pci_id(vendor, &vendor_id) < 0 || vendor_id != INTEL_VENDOR_ID) {
+                log_debug("%s: vendor is not Intel, ignoring.", address);
+                return 0;
+        }
+
+        r = gpu_new(address, &g);
+        if (r < 0)
+                return r;
+        g->vendor_id = vendor_id;
+        if ((r = free_and_strdup(&g->vendor, "intel")) < 0 ||
+            (r = free_and_strdup(&g->driver, driver)) < 0 ||
+            (r = free_and_strdup(&g->pci_address, address)) < 0)
+                return r;
+
+        r = attr_read(pci_fd, "device", &device);
+        if (r < 0 || gpu_parse_pci_id(device, &g->device_id) < 0) {
+                log_debug("%s: unreadable or invalid device id, using 0.", address);
+                g->device_id = 0;
+        }
+
+        r = attr_read(pci_fd, "numa_node", &numa);
+        if (r < 0 || gpu_parse_numa_node(numa, &g->numa_node) < 0) {
+                if (r != -ENOENT)
+                        log_debug("%s: unreadable or invalid numa_node, using -1.", address);
+                g->numa_node = -1;
+        }
+
+        r = read_drm_children(udev, pci, g);
+        if (r < 0)
+                return r;
+        if (isempty(g->card_node) && isempty(g->render_node)) {
+                log_debug("%s: no DRM nodes, ignoring.", address);
+                return 0;
+        }
+
+        if (g->card_syspath) {
+                card_fd = dir_open(g->card_syspath);
+                if (card_fd >= 0) {
+                        g->tiles = udev_scan_count_tiles(card_fd);
+                        r = attr_read(card_fd, "lmem_total_bytes", &lmem);
+                        if (r >= 0 && gpu_parse_memory_bytes(lmem, &per_tile) < 0) {
+                                log_debug("%s: invalid lmem_total_bytes, using 0.", address);
+                                per_tile = 0;
+                        }
+                }
+        }
+        g->memory_bytes = gpu_memory_total(per_tile, g->tiles);
+
+        r = gpu_update_device_nodes(g);
+        if (r < 0)
+                return r;
+
+        *ret = TAKE_PTR(g);
+        return 1;
+}
+
+Gpu **udev_scan_gpus_free(Gpu **l) {
+        if (!l)
+                return NULL;
+        for (Gpu **i = l; *i; i++)
+                gpu_free(*i);
+        return mfree(l);
+}
+
+static inline void udev_scan_gpus_freep(Gpu ***l) {
+        udev_scan_gpus_free(*l);
+}
+
+static int gpu_cmp(const void *a, const void *b) {
+        return strcmp((*(Gpu * const *) a)->id, (*(Gpu * const *) b)->id);
+}
+
+int udev_scan_enumerate(struct udev *udev, Gpu ***ret) {
+        _cleanup_(udev_enumerate_unrefp) struct udev_enumerate *e = NULL;
+        _cleanup_(udev_scan_gpus_freep) Gpu **gpus = NULL;
+        _cleanup_strv_free_ char **parents = NULL;
+        struct udev_list_entry *i;
+        size_t n = 0;
+        int r;
+
+        e = udev_enumerate_new(udev);
+        if (!e)
+                return -ENOMEM;
+        if ((r = udev_enumerate_add_match_subsystem(e, "drm")) < 0 ||
+            (r = udev_enumerate_add_match_sysname(e, "card[0-9]*")) < 0 ||
+            (r = udev_enumerate_add_match_sysname(e, "renderD[0-9]*")) < 0)
+                return r;
+        r = udev_enumerate_scan_devices(e);
+        if (r < 0)
+                return r;
+
+        /* Group the DRM minors by PCI parent. */
+        udev_list_entry_foreach(i, udev_enumerate_get_list_entry(e)) {
+                _cleanup_(udev_device_unrefp) struct udev_device *d = NULL, *pci = NULL;
+                const char *devtype;
+
+                d = udev_device_new_from_syspath(udev, udev_list_entry_get_name(i));
+                if (!d)
+                        continue;
+                if (gpu_node_kind_from_sysname(udev_device_get_sysname(d)) == GPU_NODE_NONE)
+                        continue;
+                devtype = udev_device_get_devtype(d);
+                if (devtype && !streq(devtype, "drm_minor"))
+                        continue;
+                pci = udev_scan_pci_parent(d);
+                if (!pci)
+                        continue;
+                if (strv_contains(parents, udev_device_get_syspath(pci)))
+                        continue;
+                if (strv_length(parents) >= UDEV_SCAN_GPUS_MAX) {
+                        log_debug("More than %d GPU candidates, ignoring the rest.", UDEV_SCAN_GPUS_MAX);
+                        break;
+                }
+                r = strv_extend(&parents, udev_device_get_syspath(pci));
+                if (r < 0)
+                        return r;
+        }
+
+        gpus = calloc(strv_length(parents) + 1, sizeof(Gpu *));
+        if (!gpus)
+                return -ENOMEM;
+
+        for (char **p = parents; p && *p; p++) {
+                _cleanup_(udev_device_unrefp) struct udev_device *pci = NULL;
+                Gpu *g;
+
+                pci = udev_device_new_from_syspath(udev, *p);
+                if (!pci)
+                        continue;
+                r = udev_scan_read_gpu(udev, pci, &g);
+                if (r < 0) {
+                        log_debug_errno(r, "%s: failed to read GPU, ignoring: %m", *p);
+                        continue;
+                }
+                if (r > 0)
+                        gpus[n++] = g;
+        }
+
+        if (n > 1)
+                qsort(gpus, n, sizeof(Gpu *), gpu_cmp);
+
+        *ret = TAKE_PTR(gpus);
+        return (int) n;
+}

@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * udev-scan.h — Intel GPU discovery with libudev: DRM minors grouped by PCI parent.
+ *
+ * Only libudev and plain file reads below the syspaths libudev reports are used, so the
+ * same code runs against the real /sys and an umockdev testbed. Every sysfs value is
+ * parsed by the gpu.h parsers; garbage gives the safe default and a debug message.
+ * Functions return a negative errno on failure and never write ret_* then; they log at
+ * debug level only.
+ */
+#pragma once
+
+#include <stddef.h>
+
+#include <libudev.h>
+
+#include "daemons/probe/gpu.h"
+
+/* Most GPUs the probe tracks; further ones are ignored. */
+#define UDEV_SCAN_GPUS_MAX 256
+
+/* Reads the GPU behind PCI device pci. Returns 1 and *ret for an Intel GPU (vendor
+ * 0x8086, driver i915 or xe) with at least one DRM card or render node, 0 (ret untouched)
+ * for anything else. */
+int udev_scan_read_gpu(struct udev *udev, struct udev_device *pci, Gpu **ret);
+
+/* Enumerates every Intel GPU. *ret is a NULL-terminated array sorted by id; free it with
+ * udev_scan_gpus_free(). Returns the number of GPUs. */
+int udev_scan_enumerate(struct udev *udev, Gpu ***ret);
+Gpu **udev_scan_gpus_free(Gpu **l);
+
+/* The PCI device above a DRM device (new reference), or NULL if there is none. */
+struct udev_device *udev_scan_pci_parent(struct udev_device *drm);
+
+/* Counts gt/gt<N> entries below the card's sysfs directory plus device/tile<N> ones,
+ * at least 1, at most GPU_TILES_MAX. card_dir_fd: an O_PATH or O_RDONLY directory fd. */
+uint32_t udev_scan_count_tiles(int card_dir_fd);
