@@ -231,12 +231,13 @@ class Daemon:
 class Node:
     """A simulated node. Use as a context manager or call start()/stop()."""
 
-    def __init__(self, build_root=None, layout='two-gpus', grpcd=True, kubelet=True,
+    def __init__(self, build_root=None, layout='two-gpus', broker=True, grpcd=True, kubelet=True,
                  verbose=None, extra_env=None):
         self.build_root = build_root or find_build_root()
         self.source_root = SOURCE_ROOT
         self.layout = layout
-        self.want_grpcd = grpcd
+        self.want_broker = broker
+        self.want_grpcd = grpcd and broker
         self.want_kubelet = kubelet
         self.verbose = os.environ.get('KGPU_TEST_VERBOSE') == '1' if verbose is None else verbose
         self.extra_env = extra_env or {}
@@ -320,8 +321,9 @@ class Node:
         self._start_testbed()
         self.start_probe()
         self.wait_bus_name(PROBE_BUS, timeout, self.daemons['probe'])
-        self.start_broker()
-        self.wait_bus_name(BROKER_BUS, timeout, self.daemons['broker'])
+        if self.want_broker:
+            self.start_broker()
+            self.wait_bus_name(BROKER_BUS, timeout, self.daemons['broker'])
         if self.want_kubelet:
             self.kubelet = kubelet_sim.KubeletSim(self.plugin_dir, self.pod_resources_socket,
                                                   verbose=self.verbose).start()
@@ -421,7 +423,11 @@ class Node:
         return env
 
     def start_probe(self):
+        # An ASan build must accept a preload library ahead of its runtime.
+        asan = os.environ.get('ASAN_OPTIONS', '')
+        asan = (asan + ':' if asan else '') + 'verify_asan_link_order=0'
         env = self._env({
+            'ASAN_OPTIONS': asan,
             'LD_PRELOAD': 'libumockdev-preload.so.0',
             'UMOCKDEV_DIR': self.umockdev_dir,
             'KGPU_RUNTIME_DIRECTORY': os.path.join(self.tmp, 'run', 'probe'),
