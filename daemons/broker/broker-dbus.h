@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * broker-dbus.h — the io.kgpu.Broker1 object (vtable and signal), see dbus/io.kgpu.Broker1.xml.
+ *
+ * Contract: methods answer io.kgpu.Error.* errors (bus-names.h) with a message naming the
+ * culprit: UnknownResource, UnknownDevice, Unhealthy, InvalidArgs (bounds: resources.h),
+ * AccessDenied (Allocate, PreStartContainer from a uid other than 0, Config.grpc_user's
+ * or the broker's own), StateUnavailable (Allocate, ListAllocations without a usable
+ * store, or a failed commit). Allocate replies only after the store committed.
+ */
+#pragma once
+
+#include <systemd/sd-bus.h>
+
+typedef struct Manager Manager;
+
+extern const sd_bus_vtable broker_vtable[];
+
+int broker_dbus_register(Manager *m);
+/* Emits ResourcesChanged(names) if names is not empty. */
+int broker_dbus_emit_resources_changed(Manager *m, char * const *names);
+/* For --introspect. */
+int broker_dbus_introspect(void);

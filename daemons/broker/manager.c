@@ -1,0 +1,237 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * manager.c — kgpu-brokerd's Manager: privileges, state directory, store, bus, signals.
+ *
+ * Contract: see manager.h. Start-up order: (privileges dropped by the caller) state
+ * directory, store, bus connection, Broker1 object, probe client, bus name, READY=1.
+ * A store that cannot be opened is logged with MESSAGE_ID KGPU_MESSAGE_STATE_ERROR and
+ * the broker keeps serving reads, answering Allocate with StateUnavailable.
+ */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cap-ng.h>
+#include <systemd/sd-daemon.h>
+
+#include "common/bus-names.h"
+#include "common/log.h"
+#include "common/paths.h"
+#include "common/util.h"
+#include "daemons/broker/broker-dbus.h"
+#include "daemons/broker/manager.h"
+#include "daemons/broker/probe-client.h"
+
+int manager_drop_privileges(const char *user) {
+        struct passwd *pw;
+        uid_t uid;
+        gid_t gid;
+
+        if (geteuid() != 0)
+                return 0;
+        if (isempty(user))
+                return -ESRCH;
+
+        errno = 0;
+        pw = getpwnam(user);
+        if (!pw)
+                return errno > 0 ? -errno : -ESRCH;
+        if (pw->pw_uid == 0)
+                return -EPERM;
+        uid = pw->pw_uid;
+        gid = pw->pw_gid;
+
+        capng_clear(CAPNG_SELECT_BOTH);
+        if (capng_change_id((int) uid, (int) gid, CAPNG_DROP_SUPP_GRP|CAPNG_CLEAR_BOUNDING) < 0)
+                return -EPERM;
+
+        /* Trust, but verify: no way back to root. */
+        if (getuid() != uid || geteuid() != uid || getgid() != gid || getegid() != gid)
+                return -EPERM;
+        if (setuid(0) == 0 || seteuid(0) == 0)
+                return -EPERM;
+        if (capng_have_capabilities(CAPNG_SELECT_CAPS) != CAPNG_NONE)
+                return -EPERM;
+        return 0;
+}
+
+int manager_read_boot_id(char **ret) {
+        _cleanup_free_ char *s = NULL;
+        int r;
+
+        r = read_one_line_file_at(AT_FDCWD, "/proc/sys/kernel/random/boot_id", 64, &s);
+        if (r < 0) {
+                log_debug("Cannot read the boot id, storing none: %s", strerror(-r));
+                s = strdup("");
+                if (!s)
+                        return -ENOMEM;
+        }
+        *ret = TAKE_PTR(s);
+        return 0;
+}
+
+int manager_new(Config *config, Manager **ret) {
+        _cleanup_(config_freep) Config *c = config;
+        _cleanup_(manager_freep) Manager *m = NULL;
+        struct passwd *pw;
+        int r;
+
+        m = calloc(1, sizeof(Manager));
+        if (!m)
+                return -ENOMEM;
+        m->config = TAKE_PTR(c);
+        m->start_time = now_usec(CLOCK_REALTIME);
+        m->grpc_uid = (uid_t) -1;
+
+        r = sd_event_default(&m->event);
+        if (r < 0)
+                return r;
+        r = resources_new(m->config->intel_enabled, &m->resources);
+        if (r < 0)
+                return r;
+        r = manager_read_boot_id(&m->boot_id);
+        if (r < 0)
+                return r;
+
+        if (!isempty(m->config->grpc_user)) {
+                errno = 0;
+                pw = getpwnam(m->config->grpc_user);
+                if (pw)
+                        m->grpc_uid = pw->pw_uid;
+        }
+
+        *ret = TAKE_PTR(m);
+        return 0;
+}
+
+Manager *manager_free(Manager *m) {
+        if (!m)
+                return NULL;
+        probe_client_stop(m);
+        sd_bus_flush_close_unref(m->bus);
+        sd_event_unref(m->event);
+        store_free(m->store);
+        free(m->store_error);
+        resources_free(m->resources);
+        free(m->boot_id);
+        config_free(m->config);
+        return mfree(m);
+}
+
+void manager_update_status(Manager *m) {
+        size_t n = strv_length(m->resources->seen);
+
+        if (m->store)
+                (void) sd_notifyf(false, "STATUS=Serving %zu resource(s), %zu GPU object(s).",
+                                  n, m->resources->n_gpus);
+        else
+                (void) sd_notifyf(false, "STATUS=Serving %zu resource(s); state database unavailable, "
+                                  "refusing allocations.", n);
+}
+
+static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
+        Manager *m = userdata;
+
+        if (si->ssi_signo == SIGHUP) {
+                log_info("Received SIGHUP; reloading the configuration is not implemented yet, ignoring.");
+                return 0;
+        }
+        log_info("Received %s, exiting.", strsignal((int) si->ssi_signo));
+        (void) sd_notify(false, "STOPPING=1");
+        return sd_event_exit(m->event, 0);
+}
+
+static void manager_open_store(Manager *m) {
+        _cleanup_free_ char *error = NULL;
+        const char *dir = m->config->state_directory;
+        int r;
+
+        r = mkdir_p(dir, 0700);
+        if (r < 0)
+                log_warning_errno(r, "Failed to create state directory %s, trying to use it anyway: %m", dir);
+
+        r = store_open(dir, m->boot_id, &m->store, &error);
+        if (r < 0) {
+                m->store_error = TAKE_PTR(error);
+                if (!m->store_error && asprintf(&m->store_error, "%s/%s: %s", dir, STORE_FILE_NAME, strerror(-r)) < 0)
+                        m->store_error = NULL;
+                log_struct(LOG_ERR, KGPU_MESSAGE_STATE_ERROR,
+                           "State database unusable, refusing all allocations until it is fixed "
+                           "(the file is left untouched): %s", m->store_error ?: strerror(-r));
+                return;
+        }
+        if (!isempty(store_get_previous_boot_id(m->store)) && !isempty(m->boot_id) &&
+            !streq(store_get_previous_boot_id(m->store), m->boot_id))
+                log_info("State database %s was last used in another boot (%s).", store_get_path(m->store),
+                         store_get_previous_boot_id(m->store));
+        log_debug("State database %s opened.", store_get_path(m->store));
+}
+
+int manager_start(Manager *m) {
+        sigset_t mask;
+        int r;
+
+        manager_open_store(m);
+
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGHUP);
+        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
+                return log_error_errno(negative_errno(), "Failed to block signals: %m");
+        int sigs[] = { SIGTERM, SIGINT, SIGHUP };
+        for (size_t i = 0; i < ELEMENTSOF(sigs); i++) {
+                r = sd_event_add_signal(m->event, NULL, sigs[i], on_signal, m);
+                if (r < 0)
+                        return log_error_errno(r, "Failed to watch signal %d: %m", sigs[i]);
+        }
+        r = sd_event_set_watchdog(m->event, true);
+        if (r < 0)
+                log_warning_errno(r, "Failed to enable the watchdog, ignoring: %m");
+
+        r = sd_bus_open_system(&m->bus);
+        if (r < 0)
+                return log_error_errno(r, "Failed to connect to the system bus: %m");
+        (void) sd_bus_set_description(m->bus, "kgpu-brokerd");
+        r = sd_bus_attach_event(m->bus, m->event, SD_EVENT_PRIORITY_NORMAL);
+        if (r < 0)
+                return log_error_errno(r, "Failed to attach the bus to the event loop: %m");
+        r = sd_bus_set_exit_on_disconnect(m->bus, true);
+        if (r < 0)
+                return log_error_errno(r, "Failed to set exit-on-disconnect: %m");
+
+        r = broker_dbus_register(m);
+        if (r < 0)
+                return r;
+        r = probe_client_start(m);
+        if (r < 0)
+                return r;
+
+        r = sd_bus_request_name(m->bus, KGPU_BROKER_BUS_NAME, 0);
+        if (r < 0)
+                return log_error_errno(r, "Failed to acquire bus name %s (another broker running?): %m",
+                                       KGPU_BROKER_BUS_NAME);
+
+        log_struct(LOG_INFO, KGPU_MESSAGE_STARTED, "kgpu-brokerd %s started as %s, state %s.",
+                   KGPU_VERSION, KGPU_BROKER_BUS_NAME,
+                   m->store ? store_get_path(m->store) : "UNAVAILABLE (refusing allocations)");
+        (void) sd_notify(false, "READY=1");
+        manager_update_status(m);
+        return 0;
+}
+
+int manager_run(Manager *m) {
+        int r;
+
+        r = sd_event_loop(m->event);
+        if (r < 0)
+                return log_error_errno(r, "Event loop failed: %m");
+        return r;
+}

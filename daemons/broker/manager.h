@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * manager.h — the one Manager of kgpu-brokerd: event loop, bus, config, store, resources.
+ *
+ * Contract: main() loads the config, calls manager_drop_privileges() (root only), then
+ * manager_new(), manager_start() and manager_run(). manager_start() logs its own errors
+ * and returns a negative errno only for failures that make the broker useless (no bus,
+ * bus name taken); a state database that cannot be used is logged and leaves the
+ * broker running in refuse-to-allocate mode (m->store == NULL).
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <systemd/sd-bus.h>
+#include <systemd/sd-event.h>
+
+#include "common/cleanup.h"
+#include "common/config.h"
+#include "daemons/broker/resources.h"
+#include "daemons/broker/store.h"
+
+typedef struct Manager {
+        sd_event *event;
+        sd_bus *bus;
+        Config *config;
+
+        Store *store;                   /* NULL: state unavailable, allocations refused */
+        char *store_error;              /* why, for the error replies */
+
+        Resources *resources;
+        uint64_t start_time;            /* CLOCK_REALTIME usec */
+        char *boot_id;                  /* "" if unknown */
+        uid_t grpc_uid;                 /* (uid_t) -1 if Config.grpc_user does not exist */
+
+        /* Probe client (probe-client.c). */
+        char *probe_owner;              /* unique name of io.kgpu.Probe1, NULL if none */
+        sd_bus_slot *probe_match_owner;
+        sd_bus_slot *probe_match_objects;
+        sd_bus_slot *probe_match_properties;
+        sd_bus_slot *probe_sync_slot;   /* pending GetManagedObjects */
+        bool probe_synced;              /* a GetManagedObjects reply was applied */
+} Manager;
+
+int manager_new(Config *config, Manager **ret);        /* takes config (also on failure) */
+Manager *manager_free(Manager *m);
+DEFINE_CLEANUP_FUNC(Manager, manager_free);
+
+int manager_start(Manager *m);
+int manager_run(Manager *m);
+
+/* Sends STATUS= with the current resource count and store state. */
+void manager_update_status(Manager *m);
+
+/* When running as root, becomes user (all groups dropped, no capabilities, empty bounding
+ * set); a no-op otherwise. Returns -ESRCH if the user does not exist, -EPERM if it is
+ * root or the change fails. */
+int manager_drop_privileges(const char *user);
+
+/* Reads /proc/sys/kernel/random/boot_id ("" on failure, logged at debug). */
+int manager_read_boot_id(char **ret);

@@ -1,0 +1,494 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * resources.c — GPU records to resources, devices and allocation answers.
+ *
+ * Contract: see resources.h. Pure: no D-Bus, no I/O. Every list a caller hands in is
+ * bounded before it is walked; the error messages name the offending id (printable
+ * ASCII only, anything else becomes '?').
+ */
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bus-names.h"
+#include "common/util.h"
+#include "daemons/broker/resources.h"
+
+void gpu_info_done(GpuInfo *info) {
+        if (!info)
+                return;
+        info->id = mfree(info->id);
+        info->vendor = mfree(info->vendor);
+        info->driver = mfree(info->driver);
+        info->card_node = mfree(info->card_node);
+        info->render_node = mfree(info->render_node);
+        info->health_reason = mfree(info->health_reason);
+}
+
+int gpu_info_copy(const GpuInfo *from, GpuInfo *to) {
+        GpuInfo c = {
+                .numa_node = from->numa_node,
+                .healthy = from->healthy,
+        };
+
+        if (free_and_strdup(&c.id, from->id ?: "") < 0 ||
+            free_and_strdup(&c.vendor, from->vendor ?: "") < 0 ||
+            free_and_strdup(&c.driver, from->driver ?: "") < 0 ||
+            free_and_strdup(&c.card_node, from->card_node ?: "") < 0 ||
+            free_and_strdup(&c.render_node, from->render_node ?: "") < 0 ||
+            free_and_strdup(&c.health_reason, from->health_reason ?: "") < 0) {
+                gpu_info_done(&c);
+                return -ENOMEM;
+        }
+        *to = c;
+        return 0;
+}
+
+int resources_new(bool intel_enabled, Resources **ret) {
+        Resources *r;
+
+        r = calloc(1, sizeof(Resources));
+        if (!r)
+                return -ENOMEM;
+        r->intel_enabled = intel_enabled;
+        *ret = r;
+        return 0;
+}
+
+Resources *resources_free(Resources *r) {
+        if (!r)
+                return NULL;
+        for (size_t i = 0; i < r->n_gpus; i++) {
+                free(r->gpus[i].path);
+                gpu_info_done(&r->gpus[i].info);
+        }
+        free(r->gpus);
+        strv_free(r->seen);
+        return mfree(r);
+}
+
+const char *resources_name_for_gpu(const Resources *r, const GpuInfo *info) {
+        if (!r->intel_enabled || !info || isempty(info->id) || !streq(info->vendor, "intel"))
+                return NULL;
+        if (streq(info->driver, "i915"))
+                return RESOURCE_INTEL_I915;
+        if (streq(info->driver, "xe"))
+                return RESOURCE_INTEL_XE;
+        return NULL;
+}
+
+static Gpu *resources_find_gpu(const Resources *r, const char *path) {
+        for (size_t i = 0; i < r->n_gpus; i++)
+                if (streq(r->gpus[i].path, path))
+                        return &r->gpus[i];
+        return NULL;
+}
+
+const Gpu *resources_get_gpu(const Resources *r, const char *path) {
+        return resources_find_gpu(r, path);
+}
+
+static int changed_add(char ***changed, const char *name) {
+        int r;
+
+        if (!changed || !name || strv_contains(*changed, name))
+                return 0;
+        r = strv_extend(changed, name);
+        if (r < 0)
+                return r;
+        strv_sort(*changed);
+        return 0;
+}
+
+static int seen_add(Resources *r, const char *name, char ***changed) {
+        int k;
+
+        if (!name || strv_contains(r->seen, name))
+                return 0;
+        k = strv_extend(&r->seen, name);
+        if (k < 0)
+                return k;
+        strv_sort(r->seen);
+        return changed_add(changed, name);
+}
+
+int resources_update_gpu(Resources *r, const char *path, const GpuInfo *info, char ***changed) {
+        const char *old_name = NULL, *new_name;
+        GpuInfo copy = {};
+        Gpu *g;
+        int k;
+
+        if (isempty(path) || !info || isempty(info->id))
+                return -EINVAL;
+
+        for (size_t i = 0; i < r->n_gpus; i++)
+                if (streq(r->gpus[i].info.id, info->id) && !streq(r->gpus[i].path, path))
+                        return -EEXIST;
+
+        g = resources_find_gpu(r, path);
+        if (!g && r->n_gpus >= RESOURCES_GPUS_MAX)
+                return -E2BIG;
+
+        k = gpu_info_copy(info, &copy);
+        if (k < 0)
+                return k;
+
+        new_name = resources_name_for_gpu(r, &copy);
+        if (g)
+                old_name = resources_name_for_gpu(r, &g->info);
+
+        /* Collect the changed names before touching the record: old_name points to a
+         * static string, so it survives the replacement. */
+        k = seen_add(r, new_name, changed);
+        if (k < 0)
+                goto fail;
+        if (!streq_ptr(old_name, new_name)) {
+                if ((k = changed_add(changed, old_name)) < 0 ||
+                    (k = changed_add(changed, new_name)) < 0)
+                        goto fail;
+        } else if (new_name && g &&
+                   (!streq(g->info.id, copy.id) ||
+                    g->info.healthy != copy.healthy ||
+                    g->info.numa_node != copy.numa_node)) {
+                k = changed_add(changed, new_name);
+                if (k < 0)
+                        goto fail;
+        }
+
+        if (g) {
+                gpu_info_done(&g->info);
+                g->info = copy;
+                return 0;
+        }
+
+        Gpu *n = reallocarray(r->gpus, r->n_gpus + 1, sizeof(Gpu));
+        if (!n) {
+                k = -ENOMEM;
+                goto fail;
+        }
+        r->gpus = n;
+        n[r->n_gpus].path = strdup(path);
+        if (!n[r->n_gpus].path) {
+                k = -ENOMEM;
+                goto fail;
+        }
+        n[r->n_gpus].info = copy;
+        r->n_gpus++;
+        return 1;
+
+fail:
+        gpu_info_done(&copy);
+        return k;
+}
+
+int resources_remove_gpu(Resources *r, const char *path, char ***changed) {
+        Gpu *g;
+        size_t i;
+        int k;
+
+        g = resources_find_gpu(r, path);
+        if (!g)
+                return 0;
+        k = changed_add(changed, resources_name_for_gpu(r, &g->info));
+        if (k < 0)
+                return k;
+
+        i = (size_t) (g - r->gpus);
+        free(g->path);
+        gpu_info_done(&g->info);
+        memmove(r->gpus + i, r->gpus + i + 1, (r->n_gpus - i - 1) * sizeof(Gpu));
+        r->n_gpus--;
+        return 1;
+}
+
+bool resources_known(const Resources *r, const char *resource) {
+        return strv_contains(r->seen, resource);
+}
+
+static int device_cmp(const void *a, const void *b) {
+        return strcmp(((const Device *) a)->id, ((const Device *) b)->id);
+}
+
+int resources_get_devices(const Resources *r, const char *resource, Device **ret, size_t *ret_n) {
+        _cleanup_free_ Device *d = NULL;
+        size_t n = 0;
+
+        if (!resources_known(r, resource))
+                return -ENOENT;
+
+        d = calloc(r->n_gpus ?: 1, sizeof(Device));
+        if (!d)
+                return -ENOMEM;
+        for (size_t i = 0; i < r->n_gpus; i++) {
+                const Gpu *g = &r->gpus[i];
+
+                if (!streq_ptr(resources_name_for_gpu(r, &g->info), resource))
+                        continue;
+                d[n++] = (Device) {
+                        .id = g->info.id,
+                        .healthy = g->info.healthy,
+                        .numa_node = g->info.numa_node,
+                        .gpu = g,
+                };
+        }
+        qsort(d, n, sizeof(Device), device_cmp);
+
+        *ret = TAKE_PTR(d);
+        *ret_n = n;
+        return 0;
+}
+
+const Device *resources_find_device(const Device *d, size_t n, const char *id) {
+        Device key = { .id = id };
+
+        if (!id || n == 0)
+                return NULL;
+        return bsearch(&key, d, n, sizeof(Device), device_cmp);
+}
+
+int resource_error_set(ResourceError *e, const char *name, int error, const char *format, ...) {
+        va_list ap;
+
+        if (e) {
+                e->name = name;
+                va_start(ap, format);
+                (void) vsnprintf(e->message, sizeof(e->message), format, ap);
+                va_end(ap);
+                /* Ids come from callers; keep messages printable ASCII (and thus UTF-8). */
+                for (char *p = e->message; *p; p++)
+                        if ((unsigned char) *p < 0x20 || (unsigned char) *p >= 0x7f)
+                                *p = '?';
+        }
+        return -(error < 0 ? -error : error);
+}
+
+int resources_check_name(const Resources *r, const char *resource, ResourceError *e) {
+        if (isempty(resource) || strnlen(resource, RESOURCES_NAME_MAX + 1) > RESOURCES_NAME_MAX)
+                return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -EINVAL,
+                                          "Resource name is empty or longer than %u bytes",
+                                          RESOURCES_NAME_MAX);
+        if (!resources_known(r, resource))
+                return resource_error_set(e, KGPU_ERROR_UNKNOWN_RESOURCE, -ENOENT,
+                                          "Unknown resource '%s'", resource);
+        return 0;
+}
+
+/* Shape checks shared by all id lists: count, id length, duplicates (within the list,
+ * and against extra when given, for checks across a whole call). */
+static int check_id_shape(char * const *ids, bool allow_empty, char * const *extra, ResourceError *e) {
+        size_t n = 0;
+
+        for (char * const *i = ids; i && *i; i++) {
+                if (++n > RESOURCES_IDS_MAX)
+                        return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -E2BIG,
+                                                  "More than %u device ids in one request",
+                                                  RESOURCES_IDS_MAX);
+                if (isempty(*i) || strnlen(*i, RESOURCES_ID_MAX + 1) > RESOURCES_ID_MAX)
+                        return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -EINVAL,
+                                                  "Device id is empty or longer than %u bytes",
+                                                  RESOURCES_ID_MAX);
+        }
+        if (n == 0 && !allow_empty)
+                return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -EINVAL,
+                                          "Empty device id list");
+
+        /* n <= 1024: a quadratic scan is at most ~500k comparisons of short strings. */
+        for (size_t i = 0; i < n; i++) {
+                for (size_t j = i + 1; j < n; j++)
+                        if (streq(ids[i], ids[j]))
+                                return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -EINVAL,
+                                                          "Device id '%s' requested more than once",
+                                                          ids[i]);
+                if (strv_contains(extra, ids[i]))
+                        return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -EINVAL,
+                                                  "Device id '%s' requested more than once",
+                                                  ids[i]);
+        }
+        return 0;
+}
+
+static int check_ids_known(const Device *d, size_t n, const char *resource, char * const *ids,
+                           bool need_healthy, ResourceError *e) {
+        for (char * const *i = ids; i && *i; i++) {
+                const Device *dev = resources_find_device(d, n, *i);
+
+                if (!dev)
+                        return resource_error_set(e, KGPU_ERROR_UNKNOWN_DEVICE, -ENODEV,
+                                                  "Unknown device '%s' for resource '%s'",
+                                                  *i, resource);
+                if (need_healthy && !dev->healthy)
+                        return resource_error_set(e, KGPU_ERROR_UNHEALTHY, -EIO,
+                                                  "Device '%s' of resource '%s' is unhealthy",
+                                                  *i, resource);
+        }
+        return 0;
+}
+
+int resources_check_ids(const Resources *r, const char *resource, char * const *ids,
+                        bool allow_empty, bool need_healthy, ResourceError *e) {
+        _cleanup_free_ Device *d = NULL;
+        size_t n;
+        int k;
+
+        k = resources_check_name(r, resource, e);
+        if (k < 0)
+                return k;
+        k = check_id_shape(ids, allow_empty, NULL, e);
+        if (k < 0)
+                return k;
+        k = resources_get_devices(r, resource, &d, &n);
+        if (k < 0)
+                return resource_error_set(e, KGPU_ERROR_UNKNOWN_RESOURCE, k,
+                                          "Cannot list devices of '%s'", resource);
+        return check_ids_known(d, n, resource, ids, need_healthy, e);
+}
+
+int resources_check_allocate(const Resources *r, const char *resource,
+                             char ** const *requests, size_t n_requests, ResourceError *e) {
+        _cleanup_strv_free_ char **all = NULL;
+        _cleanup_free_ Device *d = NULL;
+        size_t n;
+        int k;
+
+        k = resources_check_name(r, resource, e);
+        if (k < 0)
+                return k;
+        if (n_requests == 0)
+                return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -EINVAL,
+                                          "No container request");
+        if (n_requests > RESOURCES_REQUESTS_MAX)
+                return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -E2BIG,
+                                          "More than %u container requests in one call",
+                                          RESOURCES_REQUESTS_MAX);
+
+        for (size_t i = 0; i < n_requests; i++) {
+                k = check_id_shape(requests[i], false, all, e);
+                if (k < 0)
+                        return k;
+                if (strv_length(all) + strv_length(requests[i]) > RESOURCES_IDS_MAX)
+                        return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -E2BIG,
+                                                  "More than %u device ids in one call",
+                                                  RESOURCES_IDS_MAX);
+                for (char * const *j = requests[i]; *j; j++) {
+                        k = strv_extend(&all, *j);
+                        if (k < 0)
+                                return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, k,
+                                                          "Out of memory");
+                }
+        }
+
+        k = resources_get_devices(r, resource, &d, &n);
+        if (k < 0)
+                return resource_error_set(e, KGPU_ERROR_UNKNOWN_RESOURCE, k,
+                                          "Cannot list devices of '%s'", resource);
+        for (size_t i = 0; i < n_requests; i++) {
+                k = check_ids_known(d, n, resource, requests[i], true, e);
+                if (k < 0)
+                        return k;
+        }
+        return 0;
+}
+
+int resources_allocate_container(const Resources *r, const char *resource, char * const *ids,
+                                 DeviceSpec **ret, size_t *ret_n) {
+        _cleanup_free_ DeviceSpec *specs = NULL;
+        _cleanup_free_ Device *d = NULL;
+        size_t n, m = 0, n_ids = strv_length(ids);
+        int k;
+
+        k = resources_get_devices(r, resource, &d, &n);
+        if (k < 0)
+                return k;
+
+        specs = calloc(2 * n_ids + 1, sizeof(DeviceSpec));
+        if (!specs)
+                return -ENOMEM;
+        for (size_t i = 0; i < n_ids; i++) {
+                const Device *dev = resources_find_device(d, n, ids[i]);
+                const char *nodes[2];
+
+                if (!dev)
+                        return -ENODEV;
+                nodes[0] = dev->gpu->info.card_node;
+                nodes[1] = dev->gpu->info.render_node;
+                for (size_t j = 0; j < ELEMENTSOF(nodes); j++) {
+                        if (isempty(nodes[j]))
+                                continue;
+                        specs[m++] = (DeviceSpec) {
+                                .container_path = nodes[j],
+                                .host_path = nodes[j],
+                                .permissions = "rw",
+                        };
+                }
+        }
+
+        *ret = TAKE_PTR(specs);
+        *ret_n = m;
+        return 0;
+}
+
+int resources_preferred_allocation(const Resources *r, const char *resource,
+                                   char * const *available, char * const *must_include,
+                                   int32_t size, char ***ret, ResourceError *e) {
+        _cleanup_strv_free_ char **result = NULL;
+        _cleanup_free_ Device *d = NULL;
+        size_t n, n_result = 0;
+        int k;
+
+        k = resources_check_name(r, resource, e);
+        if (k < 0)
+                return k;
+        if (size <= 0 || size > RESOURCES_IDS_MAX)
+                return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -EINVAL,
+                                          "Allocation size %d out of range 1..%u",
+                                          (int) size, RESOURCES_IDS_MAX);
+
+        /* Bounds only: repeats in these lists are tolerated (and never repeated back). */
+        char * const *lists[2] = { must_include, available };
+        for (size_t l = 0; l < ELEMENTSOF(lists); l++) {
+                size_t c = 0;
+
+                for (char * const *i = lists[l]; i && *i; i++) {
+                        if (++c > RESOURCES_IDS_MAX)
+                                return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -E2BIG,
+                                                          "More than %u device ids in one request",
+                                                          RESOURCES_IDS_MAX);
+                        if (strnlen(*i, RESOURCES_ID_MAX + 1) > RESOURCES_ID_MAX)
+                                return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -EINVAL,
+                                                          "Device id longer than %u bytes",
+                                                          RESOURCES_ID_MAX);
+                }
+        }
+
+        k = resources_get_devices(r, resource, &d, &n);
+        if (k < 0)
+                return resource_error_set(e, KGPU_ERROR_UNKNOWN_RESOURCE, k,
+                                          "Cannot list devices of '%s'", resource);
+
+        result = calloc(1, sizeof(char *));
+        if (!result)
+                return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
+
+        for (size_t l = 0; l < ELEMENTSOF(lists); l++)
+                for (char * const *i = lists[l]; i && *i && n_result < (size_t) size; i++) {
+                        const Device *dev = resources_find_device(d, n, *i);
+
+                        if (!dev || strv_contains(result, dev->id))
+                                continue;
+                        /* An unhealthy device is never offered, but a must_include one is
+                         * the kubelet's decision. */
+                        if (l == 1 && !dev->healthy)
+                                continue;
+                        k = strv_extend(&result, dev->id);
+                        if (k < 0)
+                                return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, k,
+                                                          "Out of memory");
+                        n_result++;
+                }
+
+        *ret = TAKE_PTR(result);
+        return 0;
+}

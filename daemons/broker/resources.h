@@ -1,0 +1,144 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * resources.h — the probe's GPU objects turned into advertised resources and devices.
+ *
+ * Contract:
+ *  - Pure data: no D-Bus, no I/O, no logging above debug. The probe client feeds GPU
+ *    records in (keyed by the probe's object path), the D-Bus layer asks questions.
+ *  - An Intel GPU (Vendor "intel", Driver "i915" or "xe") is one device of resource
+ *    "gpu.intel.com/<driver>" with device id = Gpu1.Id. Other GPUs are kept but not
+ *    advertised. A resource is advertised from the first time one of its GPUs is seen
+ *    until the broker exits, even with no device left.
+ *  - Device lists are sorted by id. Ids are unique: a second object claiming an id
+ *    already taken is refused (-EEXIST).
+ *  - Functions return 0/positive or a negative errno and write ret_* only on success.
+ *    Functions that answer a caller fill a ResourceError (a KGPU_ERROR_* name and a
+ *    message naming the culprit) and return a negative errno when they refuse.
+ *  - Pointers handed out (Device, DeviceSpec strings) stay valid until the next
+ *    update or removal.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/cleanup.h"
+
+/* Bounds on anything a caller sends (enforced here and by the D-Bus parser). */
+#define RESOURCES_NAME_MAX      256     /* bytes in a resource name */
+#define RESOURCES_ID_MAX        256     /* bytes in a device id */
+#define RESOURCES_IDS_MAX       1024    /* ids in one list */
+#define RESOURCES_REQUESTS_MAX  128     /* container requests in one call */
+#define RESOURCES_GPUS_MAX      1024    /* GPU objects followed */
+#define RESOURCES_PATH_MAX      256     /* bytes in a device node path */
+
+#define RESOURCE_INTEL_I915     "gpu.intel.com/i915"
+#define RESOURCE_INTEL_XE       "gpu.intel.com/xe"
+
+typedef struct GpuInfo {
+        char *id;
+        char *vendor;
+        char *driver;
+        char *card_node;        /* "" if none */
+        char *render_node;      /* "" if none */
+        char *health_reason;
+        int32_t numa_node;      /* -1 if unknown */
+        bool healthy;
+} GpuInfo;
+
+void gpu_info_done(GpuInfo *info);
+int gpu_info_copy(const GpuInfo *from, GpuInfo *to);
+
+typedef struct Gpu {
+        char *path;             /* the probe's object path, the key */
+        GpuInfo info;
+} Gpu;
+
+/* A device as ListAndWatch shows it; points into a Gpu. */
+typedef struct Device {
+        const char *id;
+        bool healthy;
+        int32_t numa_node;
+        const Gpu *gpu;
+} Device;
+
+typedef struct DeviceSpec {
+        const char *container_path;
+        const char *host_path;
+        const char *permissions;
+} DeviceSpec;
+
+typedef struct ResourceError {
+        const char *name;       /* KGPU_ERROR_*; NULL if none */
+        char message[640];
+} ResourceError;
+
+typedef struct Resources {
+        Gpu *gpus;
+        size_t n_gpus;
+        char **seen;            /* advertised resource names, sorted */
+        bool intel_enabled;
+} Resources;
+
+int resources_new(bool intel_enabled, Resources **ret);
+Resources *resources_free(Resources *r);
+DEFINE_CLEANUP_FUNC(Resources, resources_free);
+
+/* The resource a GPU belongs to, or NULL if it is not advertised. */
+const char *resources_name_for_gpu(const Resources *r, const GpuInfo *info);
+
+/*
+ * Inserts or replaces the record at path. If changed is not NULL, the names of the
+ * resources whose ListAndWatch view changed (device added, removed, health or NUMA
+ * changed, or resource newly advertised) are appended to *changed (no duplicates).
+ * Returns 1 if the GPU is new, 0 if it replaced a record, -EINVAL for an empty id or
+ * path, -EEXIST if another path has the same id, -E2BIG past RESOURCES_GPUS_MAX.
+ */
+int resources_update_gpu(Resources *r, const char *path, const GpuInfo *info, char ***changed);
+/* Returns 1 if removed, 0 if path was unknown. */
+int resources_remove_gpu(Resources *r, const char *path, char ***changed);
+const Gpu *resources_get_gpu(const Resources *r, const char *path);
+
+bool resources_known(const Resources *r, const char *resource);
+/* Devices of a resource sorted by id (caller frees the array, not the devices). */
+int resources_get_devices(const Resources *r, const char *resource, Device **ret, size_t *ret_n);
+const Device *resources_find_device(const Device *d, size_t n, const char *id);
+
+/* Error helpers (message is formatted with printable ASCII only). */
+int resource_error_set(ResourceError *e, const char *name, int error, const char *format, ...)
+        __attribute__((format(printf, 4, 5)));
+
+/* Checks a resource name: InvalidArgs if too long or empty, UnknownResource if not advertised. */
+int resources_check_name(const Resources *r, const char *resource, ResourceError *e);
+
+/*
+ * Checks one id list: InvalidArgs if empty (when !allow_empty), longer than
+ * RESOURCES_IDS_MAX, an id empty or longer than RESOURCES_ID_MAX, or a duplicate;
+ * UnknownDevice naming the first unknown id; Unhealthy naming the first unhealthy one
+ * when need_healthy.
+ */
+int resources_check_ids(const Resources *r, const char *resource, char * const *ids,
+                        bool allow_empty, bool need_healthy, ResourceError *e);
+
+/*
+ * Validates a whole Allocate call (resource, 1..RESOURCES_REQUESTS_MAX container
+ * requests, each non-empty, no id twice in the call, every id known and healthy).
+ */
+int resources_check_allocate(const Resources *r, const char *resource,
+                             char ** const *requests, size_t n_requests, ResourceError *e);
+
+/* Device specs for one container request: CardNode and RenderNode of each GPU (when
+ * not empty), container path = host path, "rw". Call after resources_check_allocate(). */
+int resources_allocate_container(const Resources *r, const char *resource, char * const *ids,
+                                 DeviceSpec **ret, size_t *ret_n);
+
+/*
+ * First-available preferred allocation: must_include ids first, then available ids in
+ * the order given, up to size; ids not in the resource, unhealthy available ids and
+ * repeats are skipped. size must be 1..RESOURCES_IDS_MAX, lists are bounded like
+ * resources_check_ids() (empty allowed). *ret is a new strv.
+ */
+int resources_preferred_allocation(const Resources *r, const char *resource,
+                                   char * const *available, char * const *must_include,
+                                   int32_t size, char ***ret, ResourceError *e);

@@ -1,0 +1,609 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * store.c — allocation state in SQLite: open/check/migrate, one transaction per Allocate.
+ *
+ * Contract: see store.h. The file is treated as hostile input: it is checked before
+ * anything is written, defensive mode is on, the schema is never trusted to run code,
+ * and every value read back is type-, length- and UTF-8-checked.
+ */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "daemons/broker/store.h"
+
+#define STORE_STRING_MAX 256    /* resource names, device ids, boot ids read back */
+#define STORE_IDS_MAX 1024      /* device ids per allocation read back */
+
+typedef enum StoreStatement {
+        STMT_BEGIN,
+        STMT_COMMIT,
+        STMT_ROLLBACK,
+        STMT_INSERT_ALLOCATION,
+        STMT_INSERT_DEVICE,
+        STMT_LIST,
+        _STMT_MAX,
+} StoreStatement;
+
+static const char * const statement_sql[_STMT_MAX] = {
+        [STMT_BEGIN] = "BEGIN IMMEDIATE",
+        [STMT_COMMIT] = "COMMIT",
+        [STMT_ROLLBACK] = "ROLLBACK",
+        [STMT_INSERT_ALLOCATION] =
+                "INSERT INTO allocations (resource, created_usec, boot_id) VALUES (?1, ?2, ?3)",
+        [STMT_INSERT_DEVICE] =
+                "INSERT INTO allocation_devices (allocation_id, device_id) VALUES (?1, ?2)",
+        [STMT_LIST] =
+                "SELECT a.id, a.resource, a.created_usec, a.boot_id, d.device_id "
+                "FROM allocations AS a LEFT JOIN allocation_devices AS d ON d.allocation_id = a.id "
+                "ORDER BY a.id, d.rowid",
+};
+
+/* Schema v1. user_version is set in the same transaction, so a crash while creating
+ * leaves an empty database that is simply created again. */
+static const char schema_v1[] =
+        "CREATE TABLE meta ("
+        "  key TEXT PRIMARY KEY NOT NULL,"
+        "  value TEXT NOT NULL);"
+        "CREATE TABLE allocations ("
+        "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+        "  resource TEXT NOT NULL,"
+        "  created_usec INTEGER NOT NULL,"
+        "  boot_id TEXT NOT NULL);"
+        "CREATE TABLE allocation_devices ("
+        "  allocation_id INTEGER NOT NULL REFERENCES allocations (id) ON DELETE CASCADE,"
+        "  device_id TEXT NOT NULL,"
+        "  UNIQUE (allocation_id, device_id));"
+        "CREATE INDEX allocation_devices_device ON allocation_devices (device_id);"
+        "PRAGMA user_version = 1;";
+
+struct Store {
+        sqlite3 *db;
+        char *path;
+        char *boot_id;
+        char *previous_boot_id;
+        sqlite3_stmt *stmt[_STMT_MAX];
+        StoreBeforeCommitFunc before_commit;
+        void *before_commit_userdata;
+};
+
+static int sqlite_to_errno(int rc) {
+        switch (rc & 0xff) {
+        case SQLITE_OK:
+        case SQLITE_ROW:
+        case SQLITE_DONE:
+                return 0;
+        case SQLITE_NOMEM:
+                return -ENOMEM;
+        case SQLITE_BUSY:
+        case SQLITE_LOCKED:
+                return -EBUSY;
+        case SQLITE_CORRUPT:
+        case SQLITE_NOTADB:
+        case SQLITE_FORMAT:
+        case SQLITE_SCHEMA:
+                return -EBADMSG;
+        case SQLITE_READONLY:
+                return -EROFS;
+        case SQLITE_PERM:
+        case SQLITE_AUTH:
+                return -EACCES;
+        case SQLITE_FULL:
+                return -ENOSPC;
+        case SQLITE_TOOBIG:
+                return -E2BIG;
+        case SQLITE_CONSTRAINT:
+                return -EEXIST;
+        case SQLITE_MISUSE:
+        case SQLITE_RANGE:
+                return -EINVAL;
+        default:
+                return -EIO;
+        }
+}
+
+static bool utf8_valid(const unsigned char *s, size_t n) {
+        size_t i = 0;
+
+        while (i < n) {
+                unsigned char c = s[i];
+                uint32_t cp;
+                size_t len;
+
+                if (c == 0)
+                        return false;
+                if (c < 0x80) {
+                        i++;
+                        continue;
+                }
+                if ((c & 0xe0) == 0xc0) {
+                        len = 2;
+                        cp = c & 0x1f;
+                } else if ((c & 0xf0) == 0xe0) {
+                        len = 3;
+                        cp = c & 0x0f;
+                } else if ((c & 0xf8) == 0xf0) {
+                        len = 4;
+                        cp = c & 0x07;
+                } else
+                        return false;
+                if (n - i < len)
+                        return false;
+                for (size_t j = 1; j < len; j++) {
+                        if ((s[i + j] & 0xc0) != 0x80)
+                                return false;
+                        cp = (cp << 6) | (s[i + j] & 0x3f);
+                }
+                if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+                    cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+                        return false;
+                i += len;
+        }
+        return true;
+}
+
+/* A TEXT column of at most STORE_STRING_MAX bytes of valid UTF-8 without NUL, or NULL. */
+static const char *column_text(sqlite3_stmt *st, int col) {
+        const unsigned char *t;
+        int n;
+
+        if (sqlite3_column_type(st, col) != SQLITE_TEXT)
+                return NULL;
+        t = sqlite3_column_text(st, col);
+        n = sqlite3_column_bytes(st, col);
+        if (!t || n < 0 || n > STORE_STRING_MAX || !utf8_valid(t, (size_t) n))
+                return NULL;
+        return (const char *) t;
+}
+
+static int store_error(char **ret_error, int error, const char *path, const char *format, ...)
+        __attribute__((format(printf, 4, 5)));
+static int store_error(char **ret_error, int error, const char *path, const char *format, ...) {
+        _cleanup_free_ char *m = NULL;
+        va_list ap;
+
+        if (ret_error) {
+                va_start(ap, format);
+                if (vasprintf(&m, format, ap) < 0)
+                        m = NULL;
+                va_end(ap);
+                free(*ret_error);
+                *ret_error = NULL;
+                if (m && asprintf(ret_error, "%s: %s", path, m) < 0)
+                        *ret_error = NULL;
+        }
+        return error;
+}
+
+static int store_exec(sqlite3 *db, const char *sql) {
+        return sqlite_to_errno(sqlite3_exec(db, sql, NULL, NULL, NULL));
+}
+
+/* Runs a one-row pragma and returns its first column as integer. */
+static int store_pragma_int(sqlite3 *db, const char *sql, int64_t *ret) {
+        sqlite3_stmt *st = NULL;
+        int rc, r;
+
+        rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+        if (rc != SQLITE_OK)
+                return sqlite_to_errno(rc);
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) {
+                *ret = sqlite3_column_int64(st, 0);
+                r = 0;
+        } else
+                r = rc == SQLITE_DONE ? -EBADMSG : sqlite_to_errno(rc);
+        sqlite3_finalize(st);
+        return r;
+}
+
+/* Runs a one-row pragma and checks that its first column is the text expect. */
+static int store_pragma_expect(sqlite3 *db, const char *sql, const char *expect) {
+        sqlite3_stmt *st = NULL;
+        int rc, r;
+
+        rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+        if (rc != SQLITE_OK)
+                return sqlite_to_errno(rc);
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) {
+                const unsigned char *t = sqlite3_column_text(st, 0);
+
+                r = t && strcasecmp((const char *) t, expect) == 0 ? 0 : -EBADMSG;
+        } else
+                r = rc == SQLITE_DONE ? -EBADMSG : sqlite_to_errno(rc);
+        sqlite3_finalize(st);
+        return r;
+}
+
+static int store_step_done(Store *s, StoreStatement which) {
+        sqlite3_stmt *st = s->stmt[which];
+        int rc;
+
+        rc = sqlite3_step(st);
+        sqlite3_reset(st);
+        sqlite3_clear_bindings(st);
+        return rc == SQLITE_DONE ? 0 : (sqlite_to_errno(rc) ?: -EIO);
+}
+
+static int store_create_file(const char *path, char **ret_error) {
+        _cleanup_close_ int fd = -EBADF;
+        struct stat st;
+
+        /* Create it ourselves so the mode is 0600 regardless of SQLite's default; SQLite
+         * gives the -wal and -shm files the same mode. Never follow a symlink. */
+        fd = open(path, O_RDWR|O_CREAT|O_CLOEXEC|O_NOFOLLOW|O_NOCTTY, 0600);
+        if (fd < 0)
+                return store_error(ret_error, negative_errno(), path, "cannot open: %s", strerror(errno));
+        if (fstat(fd, &st) < 0)
+                return store_error(ret_error, negative_errno(), path, "cannot stat: %s", strerror(errno));
+        if (!S_ISREG(st.st_mode))
+                return store_error(ret_error, -EBADMSG, path, "not a regular file");
+        return 0;
+}
+
+static int store_read_meta(Store *s, const char *key, char **ret) {
+        sqlite3_stmt *st = NULL;
+        int rc, r = 0;
+
+        rc = sqlite3_prepare_v2(s->db, "SELECT value FROM meta WHERE key = ?1", -1, &st, NULL);
+        if (rc != SQLITE_OK)
+                return sqlite_to_errno(rc);
+        sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) {
+                const char *v = column_text(st, 0);
+
+                r = free_and_strdup(ret, v ?: "");
+        } else if (rc == SQLITE_DONE)
+                r = free_and_strdup(ret, "");
+        else
+                r = sqlite_to_errno(rc);
+        sqlite3_finalize(st);
+        return r;
+}
+
+static int store_write_meta(Store *s, const char *key, const char *value) {
+        sqlite3_stmt *st = NULL;
+        int rc;
+
+        rc = sqlite3_prepare_v2(s->db, "INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)",
+                                -1, &st, NULL);
+        if (rc != SQLITE_OK)
+                return sqlite_to_errno(rc);
+        sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, value, -1, SQLITE_STATIC);
+        rc = sqlite3_step(st);
+        sqlite3_finalize(st);
+        return rc == SQLITE_DONE ? 0 : (sqlite_to_errno(rc) ?: -EIO);
+}
+
+int store_open(const char *directory, const char *boot_id, Store **ret, char **ret_error) {
+        _cleanup_(store_freep) Store *s = NULL;
+        int64_t version = 0, n_objects = 0;
+        int rc, r;
+
+        if (isempty(directory) || directory[0] != '/')
+                return store_error(ret_error, -EINVAL, directory ?: "(null)",
+                                   "state directory must be an absolute path");
+
+        s = calloc(1, sizeof(Store));
+        if (!s)
+                return -ENOMEM;
+        if (asprintf(&s->path, "%s/%s", directory, STORE_FILE_NAME) < 0) {
+                s->path = NULL;
+                return -ENOMEM;
+        }
+        s->boot_id = strdup(boot_id ?: "");
+        if (!s->boot_id)
+                return -ENOMEM;
+
+        r = store_create_file(s->path, ret_error);
+        if (r < 0)
+                return r;
+
+        rc = sqlite3_open_v2(s->path, &s->db,
+                             SQLITE_OPEN_READWRITE|SQLITE_OPEN_NOFOLLOW|SQLITE_OPEN_NOMUTEX, NULL);
+        if (rc != SQLITE_OK)
+                return store_error(ret_error, sqlite_to_errno(rc), s->path, "cannot open database: %s",
+                                   s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+
+        /* Until the file has passed the checks, closing must not write to it (a WAL
+         * checkpoint on close would). */
+        (void) sqlite3_db_config(s->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL);
+        (void) sqlite3_db_config(s->db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
+        (void) sqlite3_db_config(s->db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
+        (void) sqlite3_db_config(s->db, SQLITE_DBCONFIG_ENABLE_TRIGGER, 0, NULL);
+        (void) sqlite3_db_config(s->db, SQLITE_DBCONFIG_ENABLE_VIEW, 0, NULL);
+        sqlite3_extended_result_codes(s->db, 1);
+        sqlite3_busy_timeout(s->db, STORE_BUSY_TIMEOUT_MS);
+
+        /* Read-only checks first. */
+        r = store_pragma_int(s->db, "PRAGMA user_version", &version);
+        if (r == -EBADMSG)
+                return store_error(ret_error, r, s->path, "not a SQLite database or corrupt: %s",
+                                   sqlite3_errmsg(s->db));
+        if (r < 0)
+                return store_error(ret_error, r, s->path, "cannot read schema version: %s",
+                                   sqlite3_errmsg(s->db));
+        if (version > STORE_SCHEMA_VERSION)
+                return store_error(ret_error, -EPROTONOSUPPORT, s->path,
+                                   "schema version %" PRIi64 " is newer than the supported version %d "
+                                   "(written by a newer kgpu?); refusing to use it",
+                                   version, STORE_SCHEMA_VERSION);
+        if (version < 0)
+                return store_error(ret_error, -EBADMSG, s->path,
+                                   "invalid schema version %" PRIi64 ", not a kgpu database", version);
+
+        r = store_pragma_expect(s->db, "PRAGMA quick_check(1)", "ok");
+        if (r < 0)
+                return store_error(ret_error, r == -EBADMSG || r == -EIO ? -EBADMSG : r, s->path,
+                                   "integrity check failed, database corrupt: %s",
+                                   sqlite3_errmsg(s->db));
+
+        r = store_pragma_int(s->db, "SELECT count(*) FROM sqlite_master", &n_objects);
+        if (r < 0)
+                return store_error(ret_error, r, s->path, "cannot read schema: %s", sqlite3_errmsg(s->db));
+        if (version == 0 && n_objects > 0)
+                return store_error(ret_error, -EBADMSG, s->path,
+                                   "has tables but no schema version, not a kgpu database; refusing to use it");
+
+        /* Checked: from here on we write. */
+        r = store_pragma_expect(s->db, "PRAGMA journal_mode = WAL", "wal");
+        if (r < 0)
+                return store_error(ret_error, r, s->path, "cannot switch to WAL mode: %s",
+                                   sqlite3_errmsg(s->db));
+        r = store_exec(s->db, "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;");
+        if (r < 0)
+                return store_error(ret_error, r, s->path, "cannot set pragmas: %s", sqlite3_errmsg(s->db));
+
+        if (version == 0) {
+                r = store_exec(s->db, "BEGIN IMMEDIATE");
+                if (r >= 0) {
+                        r = store_exec(s->db, schema_v1);
+                        if (r >= 0)
+                                r = store_exec(s->db, "COMMIT");
+                        if (r < 0 && !sqlite3_get_autocommit(s->db))
+                                (void) store_exec(s->db, "ROLLBACK");
+                }
+                if (r < 0)
+                        return store_error(ret_error, r, s->path, "cannot create schema: %s",
+                                           sqlite3_errmsg(s->db));
+        }
+
+        for (size_t i = 0; i < _STMT_MAX; i++) {
+                rc = sqlite3_prepare_v3(s->db, statement_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
+                                        &s->stmt[i], NULL);
+                if (rc != SQLITE_OK)
+                        return store_error(ret_error, -EBADMSG, s->path,
+                                           "schema does not match version %d: %s",
+                                           STORE_SCHEMA_VERSION, sqlite3_errmsg(s->db));
+        }
+
+        r = store_read_meta(s, "boot_id", &s->previous_boot_id);
+        if (r >= 0)
+                r = store_write_meta(s, "boot_id", s->boot_id);
+        if (r < 0)
+                return store_error(ret_error, r, s->path, "cannot record the boot id: %s",
+                                   sqlite3_errmsg(s->db));
+
+        (void) sqlite3_db_config(s->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, NULL);
+        log_debug("Opened %s (schema version %d, previous boot %s).", s->path, STORE_SCHEMA_VERSION,
+                  isempty(s->previous_boot_id) ? "none" : s->previous_boot_id);
+        *ret = TAKE_PTR(s);
+        return 0;
+}
+
+Store *store_free(Store *s) {
+        if (!s)
+                return NULL;
+        for (size_t i = 0; i < _STMT_MAX; i++)
+                sqlite3_finalize(s->stmt[i]);
+        sqlite3_close(s->db);
+        free(s->path);
+        free(s->boot_id);
+        free(s->previous_boot_id);
+        return mfree(s);
+}
+
+const char *store_get_path(const Store *s) {
+        return s->path;
+}
+
+const char *store_get_previous_boot_id(const Store *s) {
+        return s->previous_boot_id ?: "";
+}
+
+void store_set_before_commit(Store *s, StoreBeforeCommitFunc cb, void *userdata) {
+        s->before_commit = cb;
+        s->before_commit_userdata = userdata;
+}
+
+static int store_insert_allocation(Store *s, const char *resource, char * const *ids,
+                                   uint64_t created_usec, uint64_t *ret_id) {
+        sqlite3_stmt *st = s->stmt[STMT_INSERT_ALLOCATION];
+        sqlite3_int64 id;
+        int r;
+
+        if (sqlite3_bind_text(st, 1, resource, -1, SQLITE_STATIC) != SQLITE_OK ||
+            sqlite3_bind_int64(st, 2, (sqlite3_int64) MIN(created_usec, (uint64_t) INT64_MAX)) != SQLITE_OK ||
+            sqlite3_bind_text(st, 3, s->boot_id, -1, SQLITE_STATIC) != SQLITE_OK) {
+                sqlite3_reset(st);
+                sqlite3_clear_bindings(st);
+                return -ENOMEM;
+        }
+        r = store_step_done(s, STMT_INSERT_ALLOCATION);
+        if (r < 0)
+                return r;
+        id = sqlite3_last_insert_rowid(s->db);
+
+        st = s->stmt[STMT_INSERT_DEVICE];
+        for (char * const *i = ids; *i; i++) {
+                if (sqlite3_bind_int64(st, 1, id) != SQLITE_OK ||
+                    sqlite3_bind_text(st, 2, *i, -1, SQLITE_STATIC) != SQLITE_OK) {
+                        sqlite3_reset(st);
+                        sqlite3_clear_bindings(st);
+                        return -ENOMEM;
+                }
+                r = store_step_done(s, STMT_INSERT_DEVICE);
+                if (r < 0)
+                        return r;
+        }
+        *ret_id = (uint64_t) id;
+        return 0;
+}
+
+int store_allocate(Store *s, const char *resource, char ** const *requests, size_t n_requests,
+                   uint64_t created_usec, uint64_t *ret_ids) {
+        _cleanup_free_ uint64_t *ids = NULL;
+        int r;
+
+        if (!s || isempty(resource) || n_requests == 0)
+                return -EINVAL;
+        for (size_t i = 0; i < n_requests; i++)
+                if (strv_length(requests[i]) == 0)
+                        return -EINVAL;
+
+        ids = calloc(n_requests, sizeof(uint64_t));
+        if (!ids)
+                return -ENOMEM;
+
+        r = store_step_done(s, STMT_BEGIN);
+        if (r < 0)
+                return r;
+
+        for (size_t i = 0; i < n_requests; i++) {
+                r = store_insert_allocation(s, resource, requests[i], created_usec, &ids[i]);
+                if (r < 0)
+                        goto rollback;
+        }
+
+        if (s->before_commit) {
+                r = s->before_commit(s, s->before_commit_userdata);
+                if (r < 0)
+                        goto rollback;
+        }
+
+        r = store_step_done(s, STMT_COMMIT);
+        if (r < 0)
+                goto rollback;
+
+        log_debug("Committed %zu allocation(s) of %s.", n_requests, resource);
+        if (ret_ids)
+                memcpy(ret_ids, ids, n_requests * sizeof(uint64_t));
+        return 0;
+
+rollback:
+        /* A failed COMMIT may leave the transaction open (e.g. SQLITE_BUSY); roll back so
+         * that nothing of it ever becomes visible. */
+        if (!sqlite3_get_autocommit(s->db))
+                (void) store_step_done(s, STMT_ROLLBACK);
+        return r;
+}
+
+typedef struct AllocationRow {
+        uint64_t id;
+        char *resource;
+        char *boot_id;
+        uint64_t created_usec;
+        char **device_ids;
+        size_t n_device_ids;
+        bool bad;
+} AllocationRow;
+
+static void allocation_row_done(AllocationRow *a) {
+        a->resource = mfree(a->resource);
+        a->boot_id = mfree(a->boot_id);
+        a->device_ids = strv_free(a->device_ids);
+        *a = (AllocationRow) {};
+}
+
+static int allocation_row_flush(AllocationRow *a, StoreAllocationFunc cb, void *userdata, size_t *n) {
+        int r = 0;
+
+        if (a->id == 0)
+                return 0;
+        if (!a->bad && a->n_device_ids > 0) {
+                r = cb(a->id, a->resource, a->device_ids, a->created_usec, a->boot_id, userdata);
+                (*n)++;
+        } else
+                log_debug("Skipping malformed allocation row %" PRIu64 ".", a->id);
+        allocation_row_done(a);
+        return r;
+}
+
+int store_foreach_allocation(Store *s, size_t max, StoreAllocationFunc cb, void *userdata) {
+        sqlite3_stmt *st = s->stmt[STMT_LIST];
+        AllocationRow cur = {};
+        size_t n = 0;
+        int rc, r = 0;
+
+        for (;;) {
+                sqlite3_int64 id, created;
+                const char *resource, *boot_id, *device_id;
+
+                rc = sqlite3_step(st);
+                if (rc != SQLITE_ROW)
+                        break;
+
+                id = sqlite3_column_int64(st, 0);
+                if (id <= 0)
+                        continue;
+                if ((uint64_t) id != cur.id) {
+                        r = allocation_row_flush(&cur, cb, userdata, &n);
+                        if (r < 0)
+                                goto finish;
+                        if (max > 0 && n >= max)
+                                goto finish;
+
+                        cur.id = (uint64_t) id;
+                        resource = column_text(st, 1);
+                        created = sqlite3_column_int64(st, 2);
+                        boot_id = column_text(st, 3);
+                        if (isempty(resource) || !boot_id || created < 0)
+                                cur.bad = true;
+                        else {
+                                cur.resource = strdup(resource);
+                                cur.boot_id = strdup(boot_id);
+                                if (!cur.resource || !cur.boot_id) {
+                                        r = -ENOMEM;
+                                        goto finish;
+                                }
+                                cur.created_usec = (uint64_t) created;
+                        }
+                }
+                if (cur.bad)
+                        continue;
+                if (sqlite3_column_type(st, 4) == SQLITE_NULL)
+                        continue;       /* an allocation without devices: skipped at flush */
+                device_id = column_text(st, 4);
+                if (isempty(device_id) || cur.n_device_ids >= STORE_IDS_MAX) {
+                        cur.bad = true;
+                        continue;
+                }
+                r = strv_extend(&cur.device_ids, device_id);
+                if (r < 0)
+                        goto finish;
+                cur.n_device_ids++;
+        }
+        if (rc != SQLITE_DONE) {
+                r = sqlite_to_errno(rc) ?: -EIO;
+                goto finish;
+        }
+        r = allocation_row_flush(&cur, cb, userdata, &n);
+
+finish:
+        allocation_row_done(&cur);
+        sqlite3_reset(st);
+        return r < 0 ? r : (int) MIN(n, (size_t) INT32_MAX);
+}

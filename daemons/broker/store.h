@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * store.h — the broker's allocation state in SQLite (<state directory>/kgpu.db).
+ *
+ * Contract:
+ *  - store_open() creates the file 0600 if missing (never follows a symlink), checks it
+ *    (quick_check, schema version in PRAGMA user_version) BEFORE any write, and only
+ *    then switches to WAL with synchronous=FULL and foreign keys on. A file that is
+ *    not a database, corrupt, of a newer schema, or unreadable is refused with a
+ *    negative errno and a message in *ret_error; the file is never deleted, rewritten
+ *    or checkpointed in that case.
+ *      -EBADMSG          not a SQLite database, corrupt, or not a kgpu database
+ *      -EPROTONOSUPPORT  schema version newer than STORE_SCHEMA_VERSION
+ *      -EACCES/-EPERM/-ELOOP/... the file could not be opened
+ *  - store_allocate() records every container request of one Allocate call in ONE
+ *    transaction (BEGIN IMMEDIATE ... COMMIT). It returns 0 only after COMMIT returned
+ *    SQLITE_OK; on any failure the transaction is rolled back and nothing is visible.
+ *  - Rows read back are validated (types, lengths, UTF-8); bad rows are skipped.
+ *  - No logging above debug.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/cleanup.h"
+
+#define STORE_SCHEMA_VERSION 1
+#define STORE_FILE_NAME "kgpu.db"
+#define STORE_BUSY_TIMEOUT_MS 200
+
+typedef struct Store Store;
+
+int store_open(const char *directory, const char *boot_id, Store **ret, char **ret_error);
+Store *store_free(Store *s);
+DEFINE_CLEANUP_FUNC(Store, store_free);
+
+const char *store_get_path(const Store *s);
+/* Boot id recorded by the previous run ("" if none, e.g. a new database). */
+const char *store_get_previous_boot_id(const Store *s);
+
+/*
+ * Records one allocation per container request (requests[i] is a strv of device ids)
+ * for resource, created at created_usec (CLOCK_REALTIME). On success ret_ids (if not
+ * NULL, n_requests entries) receives the allocation ids.
+ */
+int store_allocate(Store *s, const char *resource, char ** const *requests, size_t n_requests,
+                   uint64_t created_usec, uint64_t *ret_ids);
+
+/* Calls cb for each allocation in id order, at most max of them (0: no limit). A
+ * negative return of cb stops and is returned. Returns the number visited. */
+typedef int (*StoreAllocationFunc)(uint64_t id, const char *resource, char * const *device_ids,
+                                   uint64_t created_usec, const char *boot_id, void *userdata);
+int store_foreach_allocation(Store *s, size_t max, StoreAllocationFunc cb, void *userdata);
+
+/* Test hook: called inside the transaction of store_allocate() right before COMMIT;
+ * a negative return aborts (rollback) with that error. */
+typedef int (*StoreBeforeCommitFunc)(Store *s, void *userdata);
+void store_set_before_commit(Store *s, StoreBeforeCommitFunc cb, void *userdata);
