@@ -1,0 +1,486 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * broker-client.c — kgpu-grpcd's side of io.kgpu.Broker1.
+ *
+ * Contract: see broker-client.h. Every call to the broker is asynchronous, never
+ * auto-starts it and carries a timeout of Config.broker_timeout_ms. Forwarded gRPC calls
+ * hold a reference on their GrpcCall in a floating bus slot whose destroy callback drops
+ * it, so closing the bus releases everything still pending.
+ */
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bus-names.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "daemons/grpc/broker-client.h"
+#include "daemons/grpc/convert.h"
+
+static uint64_t broker_timeout_usec(Manager *m) {
+        uint32_t ms = m->config->broker_timeout_ms;
+
+        return (uint64_t) (ms > 0 ? ms : 2000) * 1000ULL;
+}
+
+static int broker_new_call(Manager *m, const char *member, sd_bus_message **ret) {
+        sd_bus_message *req = NULL;
+        int r;
+
+        r = sd_bus_message_new_method_call(m->bus, &req, KGPU_BROKER_BUS_NAME, KGPU_BROKER_PATH,
+                                           KGPU_BROKER_INTERFACE, member);
+        if (r < 0)
+                return r;
+        /* Never activate the broker from here: its absence must be answered at once. */
+        r = sd_bus_message_set_auto_start(req, false);
+        if (r < 0) {
+                sd_bus_message_unref(req);
+                return r;
+        }
+        *ret = req;
+        return 0;
+}
+
+static int broker_list_resources(Manager *m);
+
+static int on_list_resources_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
+        Manager *m = userdata;
+        const sd_bus_error *e;
+        unsigned n = 0;
+        int r;
+
+        m->list_resources_slot = sd_bus_slot_unref(m->list_resources_slot);
+
+        e = sd_bus_message_get_error(reply);
+        if (e) {
+                /* The broker going away is reported by NameOwnerChanged; stay quiet. */
+                if (grpcd_status_from_bus_error(e->name) == GRPC_STATUS_UNAVAILABLE)
+                        log_debug("ListResources failed: %s", e->message ?: e->name);
+                else
+                        log_warning("io.kgpu.Broker1.ListResources failed: %s, ignoring.",
+                                    e->message ?: e->name);
+                return 0;
+        }
+
+        for (size_t i = 0; i < m->n_plugins; i++)
+                m->plugins[i]->seen = false;
+
+        r = sd_bus_message_enter_container(reply, 'a', "(sbb)");
+        if (r <= 0)
+                goto bad;
+        for (;;) {
+                const char *name;
+                int pre_start, preferred;
+                Plugin *p;
+
+                r = sd_bus_message_read(reply, "(sbb)", &name, &pre_start, &preferred);
+                if (r < 0)
+                        goto bad;
+                if (r == 0)
+                        break;
+                if (++n > GRPCD_RESOURCES_MAX) {
+                        log_warning("io.kgpu.Broker1 advertises more than %u resources, ignoring the rest.",
+                                    GRPCD_RESOURCES_MAX);
+                        break;
+                }
+                if (!grpcd_resource_name_valid(name)) {
+                        log_warning("io.kgpu.Broker1 advertises an invalid resource name '%s', ignoring.", name);
+                        continue;
+                }
+
+                p = manager_find_plugin(m, name);
+                if (!p) {
+                        r = manager_add_plugin(m, name, &p);
+                        if (r < 0) {
+                                log_error_errno(r, "Failed to set up resource %s: %m", name);
+                                continue;
+                        }
+                }
+                p->seen = true;
+                (void) plugin_set_options(p, pre_start, preferred);
+                r = broker_client_get_devices(p);
+                if (r < 0)
+                        log_warning_errno(r, "Failed to ask for the devices of %s, ignoring: %m", name);
+        }
+
+        for (size_t i = m->n_plugins; i > 0; i--) {
+                Plugin *p = m->plugins[i - 1];
+
+                if (!p->seen)
+                        manager_remove_plugin(m, p);
+        }
+        manager_update_status(m);
+        return 0;
+
+bad:
+        log_warning("io.kgpu.Broker1.ListResources sent a malformed reply, ignoring.");
+        return 0;
+}
+
+static int broker_list_resources(Manager *m) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *req = NULL;
+        int r;
+
+        /* A newer answer supersedes any pending one. */
+        m->list_resources_slot = sd_bus_slot_unref(m->list_resources_slot);
+
+        r = broker_new_call(m, "ListResources", &req);
+        if (r < 0)
+                return r;
+        return sd_bus_call_async(m->bus, &m->list_resources_slot, req, on_list_resources_reply, m,
+                                 broker_timeout_usec(m));
+}
+
+static void broker_set_present(Manager *m, bool present) {
+        int r;
+
+        if (present) {
+                if (!m->broker_present)
+                        log_info("%s is on the bus.", KGPU_BROKER_BUS_NAME);
+                m->broker_present = true;
+                m->broker_wait_logged = false;
+                r = broker_list_resources(m);
+                if (r < 0)
+                        log_warning_errno(r, "Failed to call ListResources, ignoring: %m");
+                return;
+        }
+
+        m->broker_present = false;
+        m->list_resources_slot = sd_bus_slot_unref(m->list_resources_slot);
+        if (!m->broker_wait_logged) {
+                log_notice("Waiting for %s to appear on the bus; kubelet calls get UNAVAILABLE meanwhile.",
+                           KGPU_BROKER_BUS_NAME);
+                m->broker_wait_logged = true;
+        }
+}
+
+static int on_name_owner_changed(sd_bus_message *msg, void *userdata, sd_bus_error *ret_error) {
+        Manager *m = userdata;
+        const char *name, *old_owner, *new_owner;
+        int r;
+
+        r = sd_bus_message_read(msg, "sss", &name, &old_owner, &new_owner);
+        if (r < 0) {
+                log_debug_errno(r, "Malformed NameOwnerChanged signal, ignoring: %m");
+                return 0;
+        }
+        if (!streq(name, KGPU_BROKER_BUS_NAME))
+                return 0;
+
+        broker_set_present(m, !isempty(new_owner));
+        return 0;
+}
+
+static int on_get_name_owner_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
+        Manager *m = userdata;
+        const sd_bus_error *e;
+
+        m->get_name_owner_slot = sd_bus_slot_unref(m->get_name_owner_slot);
+
+        e = sd_bus_message_get_error(reply);
+        if (e && !sd_bus_error_has_name(e, SD_BUS_ERROR_NAME_HAS_NO_OWNER))
+                log_warning("GetNameOwner(%s) failed: %s, assuming it is absent.",
+                            KGPU_BROKER_BUS_NAME, e->message ?: e->name);
+        /* NameOwnerChanged may have told us already; don't go back on it. */
+        if (!e)
+                broker_set_present(m, true);
+        else if (!m->broker_present)
+                broker_set_present(m, false);
+        return 0;
+}
+
+static int on_resources_changed(sd_bus_message *msg, void *userdata, sd_bus_error *ret_error) {
+        Manager *m = userdata;
+        bool unknown = false;
+        unsigned n = 0;
+        int r;
+
+        r = sd_bus_message_enter_container(msg, 'a', "s");
+        if (r <= 0)
+                goto relist;
+        for (;;) {
+                const char *name;
+                Plugin *p;
+
+                r = sd_bus_message_read_basic(msg, 's', &name);
+                if (r < 0)
+                        goto relist;
+                if (r == 0)
+                        break;
+                if (++n > GRPCD_RESOURCES_MAX)
+                        goto relist;
+                p = manager_find_plugin(m, name);
+                if (!p) {
+                        /* A resource appeared (or one we never knew went away). */
+                        unknown = true;
+                        continue;
+                }
+                r = broker_client_get_devices(p);
+                if (r < 0)
+                        log_warning_errno(r, "Failed to ask for the devices of %s, ignoring: %m", name);
+        }
+        if (!unknown)
+                return 0;
+
+relist:
+        m->broker_present = true;
+        r = broker_list_resources(m);
+        if (r < 0)
+                log_warning_errno(r, "Failed to call ListResources, ignoring: %m");
+        return 0;
+}
+
+int broker_client_start(Manager *m) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *req = NULL;
+        int r;
+
+        r = sd_bus_add_match_async(m->bus, &m->name_owner_slot,
+                                   "type='signal',"
+                                   "sender='org.freedesktop.DBus',"
+                                   "path='/org/freedesktop/DBus',"
+                                   "interface='org.freedesktop.DBus',"
+                                   "member='NameOwnerChanged',"
+                                   "arg0='" KGPU_BROKER_BUS_NAME "'",
+                                   on_name_owner_changed, NULL, m);
+        if (r < 0)
+                return r;
+
+        r = sd_bus_match_signal_async(m->bus, &m->resources_changed_slot, KGPU_BROKER_BUS_NAME,
+                                      KGPU_BROKER_PATH, KGPU_BROKER_INTERFACE, "ResourcesChanged",
+                                      on_resources_changed, NULL, m);
+        if (r < 0)
+                return r;
+
+        /* Sent after AddMatch on the same connection, so no owner change falls between. */
+        return sd_bus_call_method_async(m->bus, &m->get_name_owner_slot, "org.freedesktop.DBus",
+                                        "/org/freedesktop/DBus", "org.freedesktop.DBus",
+                                        "GetNameOwner", on_get_name_owner_reply, m,
+                                        "s", KGPU_BROKER_BUS_NAME);
+}
+
+void broker_client_stop(Manager *m) {
+        m->name_owner_slot = sd_bus_slot_unref(m->name_owner_slot);
+        m->resources_changed_slot = sd_bus_slot_unref(m->resources_changed_slot);
+        m->get_name_owner_slot = sd_bus_slot_unref(m->get_name_owner_slot);
+        m->list_resources_slot = sd_bus_slot_unref(m->list_resources_slot);
+        for (size_t i = 0; i < m->n_plugins; i++)
+                m->plugins[i]->get_devices_slot = sd_bus_slot_unref(m->plugins[i]->get_devices_slot);
+}
+
+static int on_get_devices_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
+        Plugin *p = userdata;
+        Manager *m = p->manager;
+        GrpcdDevice *devices = NULL;
+        const sd_bus_error *e;
+        size_t n = 0;
+        int r;
+
+        p->get_devices_slot = sd_bus_slot_unref(p->get_devices_slot);
+
+        e = sd_bus_message_get_error(reply);
+        if (e) {
+                if (sd_bus_error_has_name(e, KGPU_ERROR_UNKNOWN_RESOURCE)) {
+                        /* It went away: let ListResources remove it. */
+                        r = broker_list_resources(m);
+                        if (r < 0)
+                                log_warning_errno(r, "Failed to call ListResources, ignoring: %m");
+                } else if (grpcd_status_from_bus_error(e->name) == GRPC_STATUS_UNAVAILABLE)
+                        log_debug("GetDevices(%s) failed: %s", p->resource, e->message ?: e->name);
+                else
+                        log_warning("io.kgpu.Broker1.GetDevices(%s) failed: %s, ignoring.",
+                                    p->resource, e->message ?: e->name);
+                goto again;
+        }
+
+        r = grpcd_devices_from_bus(reply, &devices, &n);
+        if (r < 0) {
+                log_warning_errno(r, "io.kgpu.Broker1.GetDevices(%s) sent an invalid device list, ignoring: %m",
+                                  p->resource);
+                goto again;
+        }
+        r = plugin_set_devices(p, devices, n);
+        if (r < 0)
+                log_error_errno(r, "Failed to serve resource %s: %m", p->resource);
+
+again:
+        if (p->get_devices_again) {
+                p->get_devices_again = false;
+                r = broker_client_get_devices(p);
+                if (r < 0)
+                        log_warning_errno(r, "Failed to ask for the devices of %s, ignoring: %m", p->resource);
+        }
+        return 0;
+}
+
+int broker_client_get_devices(Plugin *p) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *req = NULL;
+        Manager *m = p->manager;
+        int r;
+
+        if (p->get_devices_slot) {
+                /* The pending answer may predate the change: ask once more after it. */
+                p->get_devices_again = true;
+                return 0;
+        }
+
+        r = broker_new_call(m, "GetDevices", &req);
+        if (r < 0)
+                return r;
+        r = sd_bus_message_append(req, "s", p->resource);
+        if (r < 0)
+                return r;
+        return sd_bus_call_async(m->bus, &p->get_devices_slot, req, on_get_devices_reply, p,
+                                 broker_timeout_usec(m));
+}
+
+typedef struct Forward {
+        GrpcCall *call;
+        BrokerForwardKind kind;
+        size_t n_containers;
+        uint32_t timeout_ms;
+} Forward;
+
+static void forward_free(void *userdata) {
+        Forward *f = userdata;
+
+        if (!f)
+                return;
+        grpc_call_unref(f->call);
+        free(f);
+}
+
+static const char *const forward_member[] = {
+        [BROKER_FORWARD_ALLOCATE] = "Allocate",
+        [BROKER_FORWARD_PREFERRED] = "GetPreferredAllocation",
+        [BROKER_FORWARD_PRESTART] = "PreStartContainer",
+};
+
+static int on_forward_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
+        Forward *f = userdata;
+        _cleanup_free_ uint8_t *buf = NULL;
+        _cleanup_free_ char *text = NULL;
+        const sd_bus_error *e;
+        size_t len = 0;
+        int r;
+
+        if (!grpc_call_is_open(f->call))
+                return 0; /* the kubelet gave up already */
+
+        e = sd_bus_message_get_error(reply);
+        if (e) {
+                GrpcStatus status = grpcd_status_from_bus_error(e->name);
+
+                if (sd_bus_error_has_name(e, SD_BUS_ERROR_NO_REPLY) ||
+                    sd_bus_error_has_name(e, SD_BUS_ERROR_TIMEOUT))
+                        r = asprintf(&text, "kgpu-brokerd did not answer %s within %u ms",
+                                     forward_member[f->kind], f->timeout_ms);
+                else
+                        r = asprintf(&text, "kgpu-brokerd refused %s: %s (%s)", forward_member[f->kind],
+                                     e->message ?: "no message", e->name);
+                if (r < 0)
+                        text = NULL;
+                log_debug("%s: %s", grpc_call_get_method(f->call), text ?: e->name);
+                (void) grpc_call_finish(f->call, status, text ?: e->name);
+                return 0;
+        }
+
+        switch (f->kind) {
+        case BROKER_FORWARD_ALLOCATE:
+                r = grpcd_allocate_reply_from_bus(reply, f->n_containers, &buf, &len);
+                break;
+        case BROKER_FORWARD_PREFERRED:
+                r = grpcd_preferred_reply_from_bus(reply, f->n_containers, &buf, &len);
+                break;
+        case BROKER_FORWARD_PRESTART:
+                r = grpcd_prestart_reply_encode(&buf, &len);
+                break;
+        default:
+                r = -EINVAL;
+        }
+        if (r < 0) {
+                log_warning_errno(r, "io.kgpu.Broker1.%s sent an answer that cannot be forwarded: %m",
+                                  forward_member[f->kind]);
+                (void) grpc_call_finish(f->call, GRPC_STATUS_INTERNAL,
+                                        "kgpu-brokerd sent an invalid answer");
+                return 0;
+        }
+
+        r = grpc_call_reply(f->call, buf, len);
+        if (r < 0)
+                log_debug_errno(r, "Failed to send the %s answer, ignoring: %m", forward_member[f->kind]);
+        return 0;
+}
+
+int broker_client_forward(Plugin *p, GrpcCall *call, BrokerForwardKind kind,
+                          const uint8_t *msg, size_t len) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *req = NULL;
+        _cleanup_(sd_bus_slot_unrefp) sd_bus_slot *slot = NULL;
+        Manager *m = p->manager;
+        const char *reason = NULL;
+        size_t n_containers = 0;
+        Forward *f;
+        int r;
+
+        if ((unsigned) kind >= ELEMENTSOF(forward_member))
+                return -EINVAL;
+
+        if (!m->broker_present)
+                return grpc_call_finish(call, GRPC_STATUS_UNAVAILABLE,
+                                        "kgpu-brokerd (io.kgpu.Broker1) is not running");
+
+        r = broker_new_call(m, forward_member[kind], &req);
+        if (r < 0)
+                goto internal;
+        r = sd_bus_message_append(req, "s", p->resource);
+        if (r < 0)
+                goto internal;
+
+        switch (kind) {
+        case BROKER_FORWARD_ALLOCATE:
+                r = grpcd_allocate_request_to_bus(msg, len, req, &n_containers, &reason);
+                break;
+        case BROKER_FORWARD_PREFERRED:
+                r = grpcd_preferred_request_to_bus(msg, len, req, &n_containers, &reason);
+                break;
+        case BROKER_FORWARD_PRESTART:
+                r = grpcd_prestart_request_to_bus(msg, len, req, &reason);
+                break;
+        }
+        if (r == -EBADMSG || r == -EINVAL)
+                return grpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
+                                        reason ?: "invalid request");
+        if (r < 0)
+                goto internal;
+
+        f = calloc(1, sizeof(*f));
+        if (!f) {
+                r = -ENOMEM;
+                goto internal;
+        }
+        *f = (Forward) {
+                .call = grpc_call_ref(call),
+                .kind = kind,
+                .n_containers = n_containers,
+                .timeout_ms = (uint32_t) (broker_timeout_usec(m) / 1000),
+        };
+
+        r = sd_bus_call_async(m->bus, &slot, req, on_forward_reply, f, broker_timeout_usec(m));
+        if (r < 0) {
+                forward_free(f);
+                log_debug_errno(r, "Failed to call io.kgpu.Broker1.%s: %m", forward_member[kind]);
+                return grpc_call_finish(call, GRPC_STATUS_UNAVAILABLE,
+                                        "cannot reach kgpu-brokerd on the bus");
+        }
+        /* From here the slot owns f; the bus owns the slot. */
+        (void) sd_bus_slot_set_destroy_callback(slot, forward_free);
+        r = sd_bus_slot_set_floating(slot, true);
+        if (r < 0)
+                /* Unlikely; the slot is then dropped with our reference and the call with it. */
+                return grpc_call_finish(call, GRPC_STATUS_INTERNAL, "internal error");
+        return 0;
+
+internal:
+        log_debug_errno(r, "Failed to build the %s call: %m", forward_member[kind]);
+        return grpc_call_finish(call, GRPC_STATUS_INTERNAL, "internal error building the broker call");
+}

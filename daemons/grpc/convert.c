@@ -1,0 +1,841 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * convert.c — translation between the kubelet's protobuf messages and io.kgpu.Broker1.
+ *
+ * Contract: see convert.h. Protobuf answers are built from heap copies and released with
+ * protobuf_c_message_free_unpacked(), so a half-built message is always safe to free.
+ */
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bus-names.h"
+#include "common/util.h"
+#include "daemons/grpc/convert.h"
+#include "deviceplugin.pb-c.h"
+
+void grpcd_devices_free(GrpcdDevice *d, size_t n) {
+        if (!d)
+                return;
+        for (size_t i = 0; i < n; i++) {
+                free(d[i].id);
+                free(d[i].numa_nodes);
+        }
+        free(d);
+}
+
+bool grpcd_resource_name_valid(const char *name) {
+        size_t l, slashes = 0;
+
+        if (isempty(name))
+                return false;
+        l = strlen(name);
+        if (l > GRPCD_RESOURCE_NAME_MAX)
+                return false;
+        if (name[0] == '.' || name[0] == '-' || name[0] == '/' || name[l - 1] == '/')
+                return false;
+        for (const char *p = name; *p; p++) {
+                char c = *p;
+
+                if (c == '/') {
+                        slashes++;
+                        /* The name part must not start with '.' either ("x/.." etc.). */
+                        if (p[1] == '.' || p[1] == '-')
+                                return false;
+                        continue;
+                }
+                if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                      (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
+                        return false;
+        }
+        return slashes == 1;
+}
+
+int grpcd_socket_name(const char *resource, char **ret) {
+        char *s;
+
+        if (!grpcd_resource_name_valid(resource))
+                return -EINVAL;
+        if (asprintf(&s, "kgpu-%s.sock", resource) < 0)
+                return -ENOMEM;
+        for (char *p = s; *p; p++)
+                if (*p == '/')
+                        *p = '-';
+        *ret = s;
+        return 0;
+}
+
+bool grpcd_utf8_valid(const char *s, size_t max) {
+        const unsigned char *p = (const unsigned char *) s;
+        size_t n = 0;
+
+        if (!s)
+                return false;
+        while (*p) {
+                unsigned c = *p;
+                size_t k;
+                uint32_t cp;
+
+                if (c < 0x80) {
+                        k = 0;
+                        cp = c;
+                } else if ((c & 0xe0) == 0xc0) {
+                        k = 1;
+                        cp = c & 0x1f;
+                } else if ((c & 0xf0) == 0xe0) {
+                        k = 2;
+                        cp = c & 0x0f;
+                } else if ((c & 0xf8) == 0xf0) {
+                        k = 3;
+                        cp = c & 0x07;
+                } else
+                        return false;
+                for (size_t i = 1; i <= k; i++) {
+                        if ((p[i] & 0xc0) != 0x80)
+                                return false;
+                        cp = (cp << 6) | (p[i] & 0x3f);
+                }
+                /* Overlong forms, surrogates, beyond U+10FFFF. */
+                if ((k == 1 && cp < 0x80) || (k == 2 && cp < 0x800) || (k == 3 && cp < 0x10000) ||
+                    (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+                        return false;
+                p += k + 1;
+                n += k + 1;
+                if (n > max)
+                        return false;
+        }
+        return true;
+}
+
+bool grpcd_device_id_valid(const char *id) {
+        if (isempty(id))
+                return false;
+        if (!grpcd_utf8_valid(id, GRPCD_ID_MAX))
+                return false;
+        for (const unsigned char *p = (const unsigned char *) id; *p; p++)
+                if (*p < 0x20 || *p == 0x7f)
+                        return false;
+        return true;
+}
+
+GrpcStatus grpcd_status_from_bus_error(const char *error_name) {
+        static const struct {
+                const char *name;
+                GrpcStatus status;
+        } table[] = {
+                { KGPU_ERROR_UNKNOWN_RESOURCE,                   GRPC_STATUS_INVALID_ARGUMENT },
+                { KGPU_ERROR_UNKNOWN_DEVICE,                     GRPC_STATUS_INVALID_ARGUMENT },
+                { KGPU_ERROR_INVALID_ARGS,                       GRPC_STATUS_INVALID_ARGUMENT },
+                { SD_BUS_ERROR_INVALID_ARGS,                     GRPC_STATUS_INVALID_ARGUMENT },
+                { KGPU_ERROR_UNHEALTHY,                          GRPC_STATUS_FAILED_PRECONDITION },
+                { KGPU_ERROR_EXHAUSTED,                          GRPC_STATUS_FAILED_PRECONDITION },
+                { KGPU_ERROR_ACCESS_DENIED,                      GRPC_STATUS_PERMISSION_DENIED },
+                { SD_BUS_ERROR_ACCESS_DENIED,                    GRPC_STATUS_PERMISSION_DENIED },
+                { KGPU_ERROR_STATE,                              GRPC_STATUS_UNAVAILABLE },
+                { SD_BUS_ERROR_SERVICE_UNKNOWN,                  GRPC_STATUS_UNAVAILABLE },
+                { SD_BUS_ERROR_NAME_HAS_NO_OWNER,                GRPC_STATUS_UNAVAILABLE },
+                { SD_BUS_ERROR_NO_REPLY,                         GRPC_STATUS_UNAVAILABLE },
+                { SD_BUS_ERROR_TIMEOUT,                          GRPC_STATUS_UNAVAILABLE },
+                { SD_BUS_ERROR_DISCONNECTED,                     GRPC_STATUS_UNAVAILABLE },
+                { SD_BUS_ERROR_LIMITS_EXCEEDED,                  GRPC_STATUS_RESOURCE_EXHAUSTED },
+                { SD_BUS_ERROR_NO_MEMORY,                        GRPC_STATUS_RESOURCE_EXHAUSTED },
+                { SD_BUS_ERROR_UNKNOWN_METHOD,                   GRPC_STATUS_UNIMPLEMENTED },
+                { SD_BUS_ERROR_NOT_SUPPORTED,                    GRPC_STATUS_UNIMPLEMENTED },
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(table); i++)
+                if (streq(error_name, table[i].name))
+                        return table[i].status;
+        return GRPC_STATUS_INTERNAL;
+}
+
+/* Appends p to a heap array of pointers, growing it; *n counts the elements in it. */
+static int ptr_array_push(void *array, size_t *n, void *p) {
+        void ***a = array;
+        void **na;
+
+        na = reallocarray(*a, *n + 1, sizeof(void *));
+        if (!na)
+                return -ENOMEM;
+        na[(*n)++] = p;
+        *a = na;
+        return 0;
+}
+
+static int bus_to_errno(int r) {
+        /* Shape errors while reading a reply are all "bad message" to our callers. */
+        return r == -ENOMEM ? r : -EBADMSG;
+}
+
+int grpcd_devices_from_bus(sd_bus_message *m, GrpcdDevice **ret, size_t *ret_n) {
+        GrpcdDevice *d = NULL;
+        size_t n = 0;
+        int r;
+
+        r = sd_bus_message_enter_container(m, 'a', "(ssai)");
+        if (r <= 0)
+                return -EBADMSG;
+        for (;;) {
+                const char *id, *health;
+                const int32_t *numa;
+                size_t sz, n_numa;
+                GrpcdDevice *nd;
+
+                r = sd_bus_message_enter_container(m, 'r', "ssai");
+                if (r < 0)
+                        goto fail;
+                if (r == 0)
+                        break;
+                if (n >= GRPCD_DEVICES_MAX) {
+                        r = -EBADMSG;
+                        goto fail;
+                }
+                r = sd_bus_message_read(m, "ss", &id, &health);
+                if (r < 0)
+                        goto fail;
+                r = sd_bus_message_read_array(m, 'i', (const void **) &numa, &sz);
+                if (r < 0)
+                        goto fail;
+                n_numa = sz / sizeof(int32_t);
+                if (!grpcd_device_id_valid(id) || n_numa > GRPCD_NUMA_NODES_MAX) {
+                        r = -EBADMSG;
+                        goto fail;
+                }
+                for (size_t i = 0; i < n; i++)
+                        if (streq(d[i].id, id)) {
+                                /* The kubelet keys devices by id: a duplicate is a broker bug. */
+                                r = -EBADMSG;
+                                goto fail;
+                        }
+                r = sd_bus_message_exit_container(m);
+                if (r < 0)
+                        goto fail;
+
+                nd = reallocarray(d, n + 1, sizeof(GrpcdDevice));
+                if (!nd) {
+                        r = -ENOMEM;
+                        goto fail;
+                }
+                d = nd;
+                d[n] = (GrpcdDevice) {
+                        .id = strdup(id),
+                        .healthy = streq(health, "Healthy"),
+                };
+                if (!d[n].id) {
+                        r = -ENOMEM;
+                        goto fail;
+                }
+                n++;
+                if (n_numa > 0) {
+                        d[n - 1].numa_nodes = calloc(n_numa, sizeof(int64_t));
+                        if (!d[n - 1].numa_nodes) {
+                                r = -ENOMEM;
+                                goto fail;
+                        }
+                        for (size_t i = 0; i < n_numa; i++)
+                                d[n - 1].numa_nodes[i] = numa[i];
+                        d[n - 1].n_numa_nodes = n_numa;
+                }
+        }
+        r = sd_bus_message_exit_container(m);
+        if (r < 0)
+                goto fail;
+
+        *ret = d;
+        *ret_n = n;
+        return 0;
+
+fail:
+        grpcd_devices_free(d, n);
+        return bus_to_errno(r);
+}
+
+static int pack_message(const ProtobufCMessage *msg, uint8_t **ret, size_t *ret_len) {
+        size_t len = protobuf_c_message_get_packed_size(msg);
+        uint8_t *buf;
+
+        /* Never return NULL for an empty message: callers treat NULL as failure. */
+        buf = malloc(len > 0 ? len : 1);
+        if (!buf)
+                return -ENOMEM;
+        if (protobuf_c_message_pack(msg, buf) != len) {
+                free(buf);
+                return -EIO;
+        }
+        *ret = buf;
+        *ret_len = len;
+        return 0;
+}
+
+int grpcd_list_and_watch_encode(const GrpcdDevice *d, size_t n, uint8_t **ret, size_t *ret_len) {
+        V1beta1__ListAndWatchResponse resp = V1BETA1__LIST_AND_WATCH_RESPONSE__INIT;
+        _cleanup_free_ V1beta1__Device *devs = NULL;
+        _cleanup_free_ V1beta1__Device **devp = NULL;
+        _cleanup_free_ V1beta1__TopologyInfo *topo = NULL;
+        _cleanup_free_ V1beta1__NUMANode *nodes = NULL;
+        _cleanup_free_ V1beta1__NUMANode **nodep = NULL;
+        size_t n_nodes = 0, k = 0;
+
+        if (n > GRPCD_DEVICES_MAX)
+                return -E2BIG;
+        for (size_t i = 0; i < n; i++)
+                n_nodes += d[i].n_numa_nodes;
+
+        if (n > 0) {
+                devs = calloc(n, sizeof(V1beta1__Device));
+                devp = calloc(n, sizeof(V1beta1__Device *));
+                topo = calloc(n, sizeof(V1beta1__TopologyInfo));
+                if (!devs || !devp || !topo)
+                        return -ENOMEM;
+        }
+        if (n_nodes > 0) {
+                nodes = calloc(n_nodes, sizeof(V1beta1__NUMANode));
+                nodep = calloc(n_nodes, sizeof(V1beta1__NUMANode *));
+                if (!nodes || !nodep)
+                        return -ENOMEM;
+        }
+
+        for (size_t i = 0; i < n; i++) {
+                v1beta1__device__init(&devs[i]);
+                devs[i].id = d[i].id;
+                devs[i].health = (char *) (d[i].healthy ? "Healthy" : "Unhealthy");
+                if (d[i].n_numa_nodes > 0) {
+                        v1beta1__topology_info__init(&topo[i]);
+                        topo[i].n_nodes = d[i].n_numa_nodes;
+                        topo[i].nodes = nodep + k;
+                        for (size_t j = 0; j < d[i].n_numa_nodes; j++, k++) {
+                                v1beta1__numanode__init(&nodes[k]);
+                                nodes[k].id = d[i].numa_nodes[j];
+                                nodep[k] = &nodes[k];
+                        }
+                        devs[i].topology = &topo[i];
+                }
+                devp[i] = &devs[i];
+        }
+        resp.n_devices = n;
+        resp.devices = devp;
+
+        return pack_message(&resp.base, ret, ret_len);
+}
+
+int grpcd_options_encode(bool pre_start_required, bool get_preferred_allocation_available,
+                         uint8_t **ret, size_t *ret_len) {
+        V1beta1__DevicePluginOptions o = V1BETA1__DEVICE_PLUGIN_OPTIONS__INIT;
+
+        o.pre_start_required = pre_start_required;
+        o.get_preferred_allocation_available = get_preferred_allocation_available;
+        return pack_message(&o.base, ret, ret_len);
+}
+
+int grpcd_prestart_reply_encode(uint8_t **ret, size_t *ret_len) {
+        V1beta1__PreStartContainerResponse o = V1BETA1__PRE_START_CONTAINER_RESPONSE__INIT;
+
+        return pack_message(&o.base, ret, ret_len);
+}
+
+int grpcd_register_request_encode(const char *endpoint, const char *resource,
+                                  bool pre_start_required,
+                                  bool get_preferred_allocation_available,
+                                  uint8_t **ret, size_t *ret_len) {
+        V1beta1__RegisterRequest req = V1BETA1__REGISTER_REQUEST__INIT;
+        V1beta1__DevicePluginOptions o = V1BETA1__DEVICE_PLUGIN_OPTIONS__INIT;
+
+        if (isempty(endpoint) || !grpcd_resource_name_valid(resource))
+                return -EINVAL;
+        o.pre_start_required = pre_start_required;
+        o.get_preferred_allocation_available = get_preferred_allocation_available;
+        req.version = (char *) "v1beta1";
+        req.endpoint = (char *) endpoint;
+        req.resource_name = (char *) resource;
+        req.options = &o;
+        return pack_message(&req.base, ret, ret_len);
+}
+
+/* Checks and appends one list of device ids as "as". */
+static int append_ids(sd_bus_message *m, char **ids, size_t n, bool allow_empty,
+                      const char **ret_reason) {
+        int r;
+
+        if (n == 0 && !allow_empty) {
+                *ret_reason = "a container request names no device";
+                return -EINVAL;
+        }
+        if (n > GRPCD_IDS_MAX) {
+                *ret_reason = "too many device ids in one container request";
+                return -EINVAL;
+        }
+        for (size_t i = 0; i < n; i++)
+                if (!grpcd_device_id_valid(ids[i])) {
+                        *ret_reason = "invalid device id (empty, too long, not UTF-8 or control characters)";
+                        return -EINVAL;
+                }
+
+        r = sd_bus_message_open_container(m, 'a', "s");
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < n; i++) {
+                r = sd_bus_message_append_basic(m, 's', ids[i]);
+                if (r < 0)
+                        return r;
+        }
+        return sd_bus_message_close_container(m);
+}
+
+int grpcd_allocate_request_to_bus(const uint8_t *msg, size_t len, sd_bus_message *m,
+                                  size_t *ret_n_containers, const char **ret_reason) {
+        V1beta1__AllocateRequest *req;
+        size_t n;
+        int r;
+
+        req = v1beta1__allocate_request__unpack(NULL, len, msg);
+        if (!req) {
+                *ret_reason = "malformed AllocateRequest";
+                return -EBADMSG;
+        }
+        n = req->n_container_requests;
+        if (n == 0 || n > GRPCD_CONTAINERS_MAX) {
+                *ret_reason = n == 0 ? "AllocateRequest has no container requests"
+                                     : "too many container requests";
+                r = -EINVAL;
+                goto finish;
+        }
+
+        r = sd_bus_message_open_container(m, 'a', "as");
+        if (r < 0)
+                goto finish;
+        for (size_t i = 0; i < n; i++) {
+                r = append_ids(m, req->container_requests[i]->devices_ids,
+                               req->container_requests[i]->n_devices_ids, false, ret_reason);
+                if (r < 0)
+                        goto finish;
+        }
+        r = sd_bus_message_close_container(m);
+        if (r < 0)
+                goto finish;
+
+        if (ret_n_containers)
+                *ret_n_containers = n;
+        r = 0;
+finish:
+        v1beta1__allocate_request__free_unpacked(req, NULL);
+        return r;
+}
+
+int grpcd_preferred_request_to_bus(const uint8_t *msg, size_t len, sd_bus_message *m,
+                                   size_t *ret_n_containers, const char **ret_reason) {
+        V1beta1__PreferredAllocationRequest *req;
+        size_t n;
+        int r;
+
+        req = v1beta1__preferred_allocation_request__unpack(NULL, len, msg);
+        if (!req) {
+                *ret_reason = "malformed PreferredAllocationRequest";
+                return -EBADMSG;
+        }
+        n = req->n_container_requests;
+        if (n == 0 || n > GRPCD_CONTAINERS_MAX) {
+                *ret_reason = n == 0 ? "PreferredAllocationRequest has no container requests"
+                                     : "too many container requests";
+                r = -EINVAL;
+                goto finish;
+        }
+
+        r = sd_bus_message_open_container(m, 'a', "(asasi)");
+        if (r < 0)
+                goto finish;
+        for (size_t i = 0; i < n; i++) {
+                V1beta1__ContainerPreferredAllocationRequest *c = req->container_requests[i];
+
+                if (c->allocation_size <= 0 || (size_t) c->allocation_size > GRPCD_IDS_MAX) {
+                        *ret_reason = "allocation_size out of range";
+                        r = -EINVAL;
+                        goto finish;
+                }
+                r = sd_bus_message_open_container(m, 'r', "asasi");
+                if (r < 0)
+                        goto finish;
+                r = append_ids(m, c->available_deviceids, c->n_available_deviceids, true, ret_reason);
+                if (r < 0)
+                        goto finish;
+                r = append_ids(m, c->must_include_deviceids, c->n_must_include_deviceids, true, ret_reason);
+                if (r < 0)
+                        goto finish;
+                r = sd_bus_message_append_basic(m, 'i', &c->allocation_size);
+                if (r < 0)
+                        goto finish;
+                r = sd_bus_message_close_container(m);
+                if (r < 0)
+                        goto finish;
+        }
+        r = sd_bus_message_close_container(m);
+        if (r < 0)
+                goto finish;
+
+        if (ret_n_containers)
+                *ret_n_containers = n;
+        r = 0;
+finish:
+        v1beta1__preferred_allocation_request__free_unpacked(req, NULL);
+        return r;
+}
+
+int grpcd_prestart_request_to_bus(const uint8_t *msg, size_t len, sd_bus_message *m,
+                                  const char **ret_reason) {
+        V1beta1__PreStartContainerRequest *req;
+        int r;
+
+        req = v1beta1__pre_start_container_request__unpack(NULL, len, msg);
+        if (!req) {
+                *ret_reason = "malformed PreStartContainerRequest";
+                return -EBADMSG;
+        }
+        r = append_ids(m, req->devices_ids, req->n_devices_ids, false, ret_reason);
+        v1beta1__pre_start_container_request__free_unpacked(req, NULL);
+        return r;
+}
+
+/* Reads one bounded string into a heap copy. */
+static int read_string_dup(sd_bus_message *m, char **ret) {
+        const char *s;
+        char *c;
+        int r;
+
+        r = sd_bus_message_read_basic(m, 's', &s);
+        if (r <= 0)
+                return -EBADMSG;
+        if (strnlen(s, GRPCD_STRING_MAX + 1) > GRPCD_STRING_MAX)
+                return -EBADMSG;
+        c = strdup(s);
+        if (!c)
+                return -ENOMEM;
+        *ret = c;
+        return 0;
+}
+
+/* a{ss} -> map entries; make() allocates one entry message. */
+typedef struct MapEntry {
+        ProtobufCMessage base;
+        char *key;
+        char *value;
+} MapEntry;
+
+static int read_map(sd_bus_message *m, const ProtobufCMessageDescriptor *desc,
+                    void *entries, size_t *n_entries) {
+        int r;
+
+        r = sd_bus_message_enter_container(m, 'a', "{ss}");
+        if (r <= 0)
+                return -EBADMSG;
+        for (;;) {
+                MapEntry *e;
+
+                r = sd_bus_message_enter_container(m, 'e', "ss");
+                if (r < 0)
+                        return bus_to_errno(r);
+                if (r == 0)
+                        break;
+                if (*n_entries >= GRPCD_ENTRIES_MAX)
+                        return -EBADMSG;
+                /* The generated entry types share the MapEntry layout (base, key, value). */
+                e = malloc(desc->sizeof_message);
+                if (!e)
+                        return -ENOMEM;
+                protobuf_c_message_init(desc, e);
+                r = ptr_array_push(entries, n_entries, e);
+                if (r < 0) {
+                        free(e);
+                        return r;
+                }
+                r = read_string_dup(m, &e->key);
+                if (r < 0)
+                        return r;
+                r = read_string_dup(m, &e->value);
+                if (r < 0)
+                        return r;
+                r = sd_bus_message_exit_container(m);
+                if (r < 0)
+                        return bus_to_errno(r);
+        }
+        r = sd_bus_message_exit_container(m);
+        return r < 0 ? bus_to_errno(r) : 0;
+}
+
+static int read_container_response(sd_bus_message *m, V1beta1__ContainerAllocateResponse *c) {
+        int r;
+
+        r = read_map(m, &v1beta1__container_allocate_response__envs_entry__descriptor,
+                     &c->envs, &c->n_envs);
+        if (r < 0)
+                return r;
+
+        r = sd_bus_message_enter_container(m, 'a', "(ssb)");
+        if (r <= 0)
+                return -EBADMSG;
+        for (;;) {
+                V1beta1__Mount *mt;
+                int ro;
+
+                r = sd_bus_message_enter_container(m, 'r', "ssb");
+                if (r < 0)
+                        return bus_to_errno(r);
+                if (r == 0)
+                        break;
+                if (c->n_mounts >= GRPCD_ENTRIES_MAX)
+                        return -EBADMSG;
+                mt = malloc(sizeof(*mt));
+                if (!mt)
+                        return -ENOMEM;
+                v1beta1__mount__init(mt);
+                r = ptr_array_push(&c->mounts, &c->n_mounts, mt);
+                if (r < 0) {
+                        free(mt);
+                        return r;
+                }
+                r = read_string_dup(m, &mt->container_path);
+                if (r < 0)
+                        return r;
+                r = read_string_dup(m, &mt->host_path);
+                if (r < 0)
+                        return r;
+                r = sd_bus_message_read_basic(m, 'b', &ro);
+                if (r <= 0)
+                        return -EBADMSG;
+                mt->read_only = !!ro;
+                r = sd_bus_message_exit_container(m);
+                if (r < 0)
+                        return bus_to_errno(r);
+        }
+        r = sd_bus_message_exit_container(m);
+        if (r < 0)
+                return bus_to_errno(r);
+
+        r = sd_bus_message_enter_container(m, 'a', "(sss)");
+        if (r <= 0)
+                return -EBADMSG;
+        for (;;) {
+                V1beta1__DeviceSpec *ds;
+
+                r = sd_bus_message_enter_container(m, 'r', "sss");
+                if (r < 0)
+                        return bus_to_errno(r);
+                if (r == 0)
+                        break;
+                if (c->n_devices >= GRPCD_ENTRIES_MAX)
+                        return -EBADMSG;
+                ds = malloc(sizeof(*ds));
+                if (!ds)
+                        return -ENOMEM;
+                v1beta1__device_spec__init(ds);
+                r = ptr_array_push(&c->devices, &c->n_devices, ds);
+                if (r < 0) {
+                        free(ds);
+                        return r;
+                }
+                r = read_string_dup(m, &ds->container_path);
+                if (r < 0)
+                        return r;
+                r = read_string_dup(m, &ds->host_path);
+                if (r < 0)
+                        return r;
+                r = read_string_dup(m, &ds->permissions);
+                if (r < 0)
+                        return r;
+                r = sd_bus_message_exit_container(m);
+                if (r < 0)
+                        return bus_to_errno(r);
+        }
+        r = sd_bus_message_exit_container(m);
+        if (r < 0)
+                return bus_to_errno(r);
+
+        r = read_map(m, &v1beta1__container_allocate_response__annotations_entry__descriptor,
+                     &c->annotations, &c->n_annotations);
+        if (r < 0)
+                return r;
+
+        r = sd_bus_message_enter_container(m, 'a', "s");
+        if (r <= 0)
+                return -EBADMSG;
+        for (;;) {
+                V1beta1__CDIDevice *cdi;
+                const char *name;
+
+                r = sd_bus_message_read_basic(m, 's', &name);
+                if (r < 0)
+                        return bus_to_errno(r);
+                if (r == 0)
+                        break;
+                if (c->n_cdi_devices >= GRPCD_ENTRIES_MAX)
+                        return -EBADMSG;
+                if (strnlen(name, GRPCD_STRING_MAX + 1) > GRPCD_STRING_MAX)
+                        return -EBADMSG;
+                cdi = malloc(sizeof(*cdi));
+                if (!cdi)
+                        return -ENOMEM;
+                v1beta1__cdidevice__init(cdi);
+                r = ptr_array_push(&c->cdi_devices, &c->n_cdi_devices, cdi);
+                if (r < 0) {
+                        free(cdi);
+                        return r;
+                }
+                cdi->name = strdup(name);
+                if (!cdi->name)
+                        return -ENOMEM;
+        }
+        r = sd_bus_message_exit_container(m);
+        return r < 0 ? bus_to_errno(r) : 0;
+}
+
+int grpcd_allocate_reply_from_bus(sd_bus_message *reply, size_t n_containers,
+                                  uint8_t **ret, size_t *ret_len) {
+        V1beta1__AllocateResponse *resp;
+        int r;
+
+        resp = malloc(sizeof(*resp));
+        if (!resp)
+                return -ENOMEM;
+        v1beta1__allocate_response__init(resp);
+
+        r = sd_bus_message_enter_container(reply, 'a', "(a{ss}a(ssb)a(sss)a{ss}as)");
+        if (r <= 0) {
+                r = -EBADMSG;
+                goto finish;
+        }
+        for (;;) {
+                V1beta1__ContainerAllocateResponse *c;
+
+                r = sd_bus_message_enter_container(reply, 'r', "a{ss}a(ssb)a(sss)a{ss}as");
+                if (r < 0) {
+                        r = bus_to_errno(r);
+                        goto finish;
+                }
+                if (r == 0)
+                        break;
+                if (resp->n_container_responses >= n_containers) {
+                        r = -EBADMSG;
+                        goto finish;
+                }
+                c = malloc(sizeof(*c));
+                if (!c) {
+                        r = -ENOMEM;
+                        goto finish;
+                }
+                v1beta1__container_allocate_response__init(c);
+                r = ptr_array_push(&resp->container_responses, &resp->n_container_responses, c);
+                if (r < 0) {
+                        free(c);
+                        goto finish;
+                }
+                r = read_container_response(reply, c);
+                if (r < 0)
+                        goto finish;
+                r = sd_bus_message_exit_container(reply);
+                if (r < 0) {
+                        r = bus_to_errno(r);
+                        goto finish;
+                }
+        }
+        r = sd_bus_message_exit_container(reply);
+        if (r < 0) {
+                r = bus_to_errno(r);
+                goto finish;
+        }
+        if (resp->n_container_responses != n_containers) {
+                r = -EBADMSG;
+                goto finish;
+        }
+
+        r = pack_message(&resp->base, ret, ret_len);
+finish:
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
+        return r;
+}
+
+int grpcd_preferred_reply_from_bus(sd_bus_message *reply, size_t n_containers,
+                                   uint8_t **ret, size_t *ret_len) {
+        V1beta1__PreferredAllocationResponse *resp;
+        int r;
+
+        resp = malloc(sizeof(*resp));
+        if (!resp)
+                return -ENOMEM;
+        v1beta1__preferred_allocation_response__init(resp);
+
+        r = sd_bus_message_enter_container(reply, 'a', "as");
+        if (r <= 0) {
+                r = -EBADMSG;
+                goto finish;
+        }
+        for (;;) {
+                V1beta1__ContainerPreferredAllocationResponse *c;
+
+                r = sd_bus_message_enter_container(reply, 'a', "s");
+                if (r < 0) {
+                        r = bus_to_errno(r);
+                        goto finish;
+                }
+                if (r == 0)
+                        break;
+                if (resp->n_container_responses >= n_containers) {
+                        r = -EBADMSG;
+                        goto finish;
+                }
+                c = malloc(sizeof(*c));
+                if (!c) {
+                        r = -ENOMEM;
+                        goto finish;
+                }
+                v1beta1__container_preferred_allocation_response__init(c);
+                r = ptr_array_push(&resp->container_responses, &resp->n_container_responses, c);
+                if (r < 0) {
+                        free(c);
+                        goto finish;
+                }
+                for (;;) {
+                        const char *id;
+                        char *dup;
+
+                        r = sd_bus_message_read_basic(reply, 's', &id);
+                        if (r < 0) {
+                                r = bus_to_errno(r);
+                                goto finish;
+                        }
+                        if (r == 0)
+                                break;
+                        if (c->n_deviceids >= GRPCD_IDS_MAX || !grpcd_device_id_valid(id)) {
+                                r = -EBADMSG;
+                                goto finish;
+                        }
+                        dup = strdup(id);
+                        if (!dup) {
+                                r = -ENOMEM;
+                                goto finish;
+                        }
+                        r = ptr_array_push(&c->deviceids, &c->n_deviceids, dup);
+                        if (r < 0) {
+                                free(dup);
+                                goto finish;
+                        }
+                }
+                r = sd_bus_message_exit_container(reply);
+                if (r < 0) {
+                        r = bus_to_errno(r);
+                        goto finish;
+                }
+        }
+        r = sd_bus_message_exit_container(reply);
+        if (r < 0) {
+                r = bus_to_errno(r);
+                goto finish;
+        }
+        if (resp->n_container_responses != n_containers) {
+                r = -EBADMSG;
+                goto finish;
+        }
+
+        r = pack_message(&resp->base, ret, ret_len);
+finish:
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
+        return r;
+}

@@ -1,0 +1,260 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * plugin.c — one device plugin gRPC server per advertised resource.
+ *
+ * Contract: see plugin.h. The server is replaced as a whole when its socket must be
+ * recreated (kubelet restart, socket removed): the old connections belong to a kubelet
+ * that is gone or will reconnect after the new registration.
+ */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "daemons/grpc/broker-client.h"
+#include "daemons/grpc/manager.h"
+#include "daemons/grpc/plugin.h"
+#include "daemons/grpc/registration.h"
+
+int plugin_new(Manager *m, const char *resource, Plugin **ret) {
+        _cleanup_(plugin_freep) Plugin *p = NULL;
+        int r;
+
+        p = calloc(1, sizeof(*p));
+        if (!p)
+                return -ENOMEM;
+        p->manager = m;
+        p->resource = strdup(resource);
+        if (!p->resource)
+                return -ENOMEM;
+        r = grpcd_socket_name(resource, &p->socket_name);
+        if (r < 0)
+                return r;
+        if (asprintf(&p->socket_path, "%s/%s", m->config->device_plugin_path, p->socket_name) < 0) {
+                p->socket_path = NULL;
+                return -ENOMEM;
+        }
+
+        *ret = TAKE_PTR(p);
+        return 0;
+}
+
+static void plugin_drop_stream(Plugin *p, GrpcCall *call) {
+        for (size_t i = 0; i < p->n_streams; i++)
+                if (p->streams[i] == call) {
+                        memmove(p->streams + i, p->streams + i + 1,
+                                (p->n_streams - i - 1) * sizeof(GrpcCall *));
+                        p->n_streams--;
+                        grpc_call_unref(call);
+                        return;
+                }
+}
+
+static void plugin_unlink_socket(Plugin *p) {
+        /* Remove the socket only if it is still ours (kubelet may have replaced it). */
+        if (p->server && plugin_socket_intact(p))
+                (void) unlink(p->socket_path);
+}
+
+Plugin *plugin_free(Plugin *p) {
+        if (!p)
+                return NULL;
+
+        registration_cancel(p);
+        p->get_devices_slot = sd_bus_slot_unref(p->get_devices_slot);
+        plugin_unlink_socket(p);
+        /* Open streams get their closed handler here, which drops our references. */
+        p->server = grpc_server_free(p->server);
+        while (p->n_streams > 0)
+                plugin_drop_stream(p, p->streams[p->n_streams - 1]);
+        free(p->streams);
+        grpcd_devices_free(p->devices, p->n_devices);
+        free(p->law_msg);
+        free(p->resource);
+        free(p->socket_name);
+        free(p->socket_path);
+        return mfree(p);
+}
+
+bool plugin_is_listening(Plugin *p) {
+        return p->server;
+}
+
+bool plugin_socket_intact(Plugin *p) {
+        struct stat st;
+
+        if (!p->server)
+                return false;
+        if (fstatat(AT_FDCWD, p->socket_path, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return false;
+        return S_ISSOCK(st.st_mode) && st.st_dev == p->socket_dev && st.st_ino == p->socket_ino;
+}
+
+static int plugin_method_options(GrpcCall *call, const uint8_t *msg, size_t len, void *userdata) {
+        Plugin *p = userdata;
+        _cleanup_free_ uint8_t *buf = NULL;
+        size_t blen;
+        int r;
+
+        r = grpcd_options_encode(p->pre_start_required, p->get_preferred_allocation_available,
+                                 &buf, &blen);
+        if (r < 0)
+                return r;
+        return grpc_call_reply(call, buf, blen);
+}
+
+static void plugin_stream_closed(GrpcCall *call, void *userdata) {
+        Plugin *p = userdata;
+
+        plugin_drop_stream(p, call);
+}
+
+static int plugin_method_list_and_watch(GrpcCall *call, const uint8_t *msg, size_t len, void *userdata) {
+        Plugin *p = userdata;
+        GrpcCall **n;
+        int r;
+
+        /* The request is Empty; its content carries nothing we use. */
+        n = reallocarray(p->streams, p->n_streams + 1, sizeof(GrpcCall *));
+        if (!n)
+                return -ENOMEM;
+        p->streams = n;
+        p->streams[p->n_streams++] = grpc_call_ref(call);
+        grpc_call_set_closed_handler(call, plugin_stream_closed, p);
+
+        log_debug("%s: ListAndWatch stream opened (%zu open).", p->resource, p->n_streams);
+
+        if (p->have_devices) {
+                r = grpc_call_send_latest(call, p->law_msg, p->law_len);
+                if (r < 0) {
+                        plugin_drop_stream(p, call);
+                        return r;
+                }
+        }
+        return 0;
+}
+
+static int plugin_method_preferred(GrpcCall *call, const uint8_t *msg, size_t len, void *userdata) {
+        return broker_client_forward(userdata, call, BROKER_FORWARD_PREFERRED, msg, len);
+}
+
+static int plugin_method_allocate(GrpcCall *call, const uint8_t *msg, size_t len, void *userdata) {
+        return broker_client_forward(userdata, call, BROKER_FORWARD_ALLOCATE, msg, len);
+}
+
+static int plugin_method_prestart(GrpcCall *call, const uint8_t *msg, size_t len, void *userdata) {
+        return broker_client_forward(userdata, call, BROKER_FORWARD_PRESTART, msg, len);
+}
+
+int plugin_listen(Plugin *p) {
+        _cleanup_(grpc_server_freep) GrpcServer *s = NULL;
+        Manager *m = p->manager;
+        GrpcServerLimits limits = {
+                .max_connections = m->config->grpc_max_connections,
+                .max_streams_per_connection = m->config->grpc_max_streams,
+                .max_message_size = m->config->grpc_max_message_size,
+        };
+        static const struct {
+                const char *path;
+                GrpcMethodKind kind;
+                GrpcMethodHandler handler;
+        } methods[] = {
+                { "/v1beta1.DevicePlugin/GetDevicePluginOptions", GRPC_METHOD_UNARY,            plugin_method_options },
+                { "/v1beta1.DevicePlugin/ListAndWatch",           GRPC_METHOD_SERVER_STREAMING, plugin_method_list_and_watch },
+                { "/v1beta1.DevicePlugin/GetPreferredAllocation", GRPC_METHOD_UNARY,            plugin_method_preferred },
+                { "/v1beta1.DevicePlugin/Allocate",               GRPC_METHOD_UNARY,            plugin_method_allocate },
+                { "/v1beta1.DevicePlugin/PreStartContainer",      GRPC_METHOD_UNARY,            plugin_method_prestart },
+        };
+        struct stat st;
+        int r;
+
+        /* Drop the old server first: its connections belong to the old socket. */
+        p->server = grpc_server_free(p->server);
+
+        r = grpc_server_new(m->event, &limits, &s);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < ELEMENTSOF(methods); i++) {
+                r = grpc_server_add_method(s, methods[i].path, methods[i].kind, methods[i].handler, p);
+                if (r < 0)
+                        return r;
+        }
+        r = grpc_server_listen_unix(s, p->socket_path);
+        if (r < 0)
+                return r;
+        if (fstatat(AT_FDCWD, p->socket_path, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return negative_errno();
+
+        p->socket_dev = st.st_dev;
+        p->socket_ino = st.st_ino;
+        p->server = TAKE_PTR(s);
+        log_debug("%s: listening on %s.", p->resource, p->socket_path);
+        return 0;
+}
+
+int plugin_set_devices(Plugin *p, GrpcdDevice *devices, size_t n) {
+        _cleanup_free_ uint8_t *buf = NULL;
+        size_t len, healthy = 0;
+        bool changed;
+        int r;
+
+        r = grpcd_list_and_watch_encode(devices, n, &buf, &len);
+        if (r < 0) {
+                grpcd_devices_free(devices, n);
+                return r;
+        }
+
+        changed = !p->have_devices || len != p->law_len || memcmp(buf, p->law_msg, len) != 0;
+        grpcd_devices_free(p->devices, p->n_devices);
+        p->devices = devices;
+        p->n_devices = n;
+
+        if (changed) {
+                free(p->law_msg);
+                p->law_msg = TAKE_PTR(buf);
+                p->law_len = len;
+                p->have_devices = true;
+
+                for (size_t i = 0; i < n; i++)
+                        healthy += devices[i].healthy;
+                log_info("%s: %zu device(s), %zu healthy.", p->resource, n, healthy);
+
+                for (size_t i = p->n_streams; i > 0; i--) {
+                        GrpcCall *call = p->streams[i - 1];
+
+                        r = grpc_call_send_latest(call, p->law_msg, p->law_len);
+                        if (r < 0) {
+                                log_debug_errno(r, "%s: dropping a ListAndWatch stream: %m", p->resource);
+                                plugin_drop_stream(p, call);
+                        }
+                }
+        }
+
+        if (!p->server) {
+                r = plugin_listen(p);
+                if (r < 0)
+                        return r;
+                r = registration_start(p);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+int plugin_set_options(Plugin *p, bool pre_start_required, bool get_preferred_allocation_available) {
+        if (p->pre_start_required == pre_start_required &&
+            p->get_preferred_allocation_available == get_preferred_allocation_available)
+                return 0;
+
+        p->pre_start_required = pre_start_required;
+        p->get_preferred_allocation_available = get_preferred_allocation_available;
+        /* The kubelet learns the options only at registration. */
+        if (p->server && (p->registered || p->register_call || p->register_timer))
+                return registration_start(p);
+        return 0;
+}

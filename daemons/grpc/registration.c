@@ -1,0 +1,140 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * registration.c — /v1beta1.Registration/Register on the kubelet socket.
+ *
+ * Contract: see registration.h. An attempt is only made while the kubelet socket exists;
+ * when it does not, the manager's directory watch calls registration_start() again as
+ * soon as it appears, so no timer runs while the kubelet is away.
+ */
+
+#include <errno.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "daemons/grpc/convert.h"
+#include "daemons/grpc/manager.h"
+#include "daemons/grpc/registration.h"
+
+#define REGISTER_METHOD "/v1beta1.Registration/Register"
+
+uint64_t registration_next_backoff(uint64_t current_usec) {
+        if (current_usec < REGISTRATION_BACKOFF_MIN_USEC)
+                return REGISTRATION_BACKOFF_MIN_USEC;
+        if (current_usec >= REGISTRATION_BACKOFF_MAX_USEC / 2)
+                return REGISTRATION_BACKOFF_MAX_USEC;
+        return current_usec * 2;
+}
+
+void registration_cancel(Plugin *p) {
+        p->register_call = grpc_client_call_cancel(p->register_call);
+        p->register_timer = sd_event_source_disable_unref(p->register_timer);
+        if (p->registered) {
+                p->registered = false;
+                manager_update_status(p->manager);
+        }
+}
+
+static int registration_attempt(Plugin *p);
+
+static int on_register_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        Plugin *p = userdata;
+
+        p->register_timer = sd_event_source_disable_unref(p->register_timer);
+        (void) registration_attempt(p);
+        return 0;
+}
+
+static int registration_schedule_retry(Plugin *p) {
+        Manager *m = p->manager;
+        int r;
+
+        p->register_backoff_usec = registration_next_backoff(p->register_backoff_usec);
+        p->register_timer = sd_event_source_disable_unref(p->register_timer);
+        r = sd_event_add_time_relative(m->event, &p->register_timer, CLOCK_MONOTONIC,
+                                       p->register_backoff_usec, 0, on_register_timer, p);
+        if (r < 0)
+                return log_error_errno(r, "%s: failed to schedule another registration attempt: %m",
+                                       p->resource);
+        (void) sd_event_source_set_description(p->register_timer, "register-retry");
+        return 0;
+}
+
+static void on_register_reply(GrpcStatus status, const char *message,
+                              const uint8_t *msg, size_t len, void *userdata) {
+        Plugin *p = userdata;
+        Manager *m = p->manager;
+
+        /* The layer frees the call after we return. */
+        p->register_call = NULL;
+
+        if (status == GRPC_STATUS_OK) {
+                uint64_t now = now_usec(CLOCK_MONOTONIC);
+
+                p->registered = true;
+                p->register_failures = 0;
+                p->register_backoff_usec = 0;
+                if (m->kubelet_appeared_usec > 0 && now >= m->kubelet_appeared_usec)
+                        log_struct(LOG_INFO, KGPU_MESSAGE_REGISTERED,
+                                   "Registered %s with the kubelet (endpoint %s), %.3f ms after its socket appeared.",
+                                   p->resource, p->socket_name,
+                                   (double) (now - m->kubelet_appeared_usec) / 1000.0);
+                else
+                        log_struct(LOG_INFO, KGPU_MESSAGE_REGISTERED,
+                                   "Registered %s with the kubelet (endpoint %s).",
+                                   p->resource, p->socket_name);
+                manager_update_status(m);
+                return;
+        }
+
+        p->register_failures++;
+        if (p->register_failures == 1)
+                log_warning("%s: registration with the kubelet at %s failed: %s%s%s; retrying.",
+                            p->resource, m->kubelet_socket, grpc_status_to_string(status),
+                            message ? ": " : "", message ?: "");
+        else
+                log_debug("%s: registration attempt %u failed: %s%s%s.", p->resource,
+                          p->register_failures, grpc_status_to_string(status),
+                          message ? ": " : "", message ?: "");
+        (void) registration_schedule_retry(p);
+}
+
+static int registration_attempt(Plugin *p) {
+        _cleanup_free_ uint8_t *buf = NULL;
+        Manager *m = p->manager;
+        uint32_t timeout_ms = m->config->register_timeout_ms;
+        size_t len;
+        int r;
+
+        if (!manager_kubelet_socket_exists(m)) {
+                log_debug("%s: kubelet socket %s is absent, waiting for it.", p->resource, m->kubelet_socket);
+                return 0;
+        }
+
+        r = grpcd_register_request_encode(p->socket_name, p->resource, p->pre_start_required,
+                                          p->get_preferred_allocation_available, &buf, &len);
+        if (r < 0)
+                return log_error_errno(r, "%s: failed to encode RegisterRequest: %m", p->resource);
+
+        r = grpc_client_call_unary(m->event, m->kubelet_socket, REGISTER_METHOD, buf, len,
+                                   (uint64_t) (timeout_ms > 0 ? timeout_ms : 5000) * 1000ULL,
+                                   on_register_reply, p, &p->register_call);
+        if (r < 0) {
+                log_warning_errno(r, "%s: failed to start a registration call, retrying: %m", p->resource);
+                return registration_schedule_retry(p);
+        }
+        return 0;
+}
+
+int registration_start(Plugin *p) {
+        p->register_call = grpc_client_call_cancel(p->register_call);
+        p->register_timer = sd_event_source_disable_unref(p->register_timer);
+        p->register_backoff_usec = 0;
+        p->register_failures = 0;
+        if (p->registered) {
+                p->registered = false;
+                manager_update_status(p->manager);
+        }
+        return registration_attempt(p);
+}

@@ -1,0 +1,21 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * registration.h — /v1beta1.Registration/Register on the kubelet socket.
+ *
+ * Contract: registration_start() (re)starts registering the plugin now: any pending
+ * attempt or backoff timer is dropped. A failed attempt is retried with exponential
+ * backoff (100 ms doubling to 5 s) until it succeeds or registration_cancel() is called.
+ * Each attempt has a deadline of Config.register_timeout_ms. Success is logged with
+ * KGPU_MESSAGE_REGISTERED and updates the manager's STATUS.
+ */
+#pragma once
+
+#include "daemons/grpc/plugin.h"
+
+#define REGISTRATION_BACKOFF_MIN_USEC (100 * 1000ULL)
+#define REGISTRATION_BACKOFF_MAX_USEC (5 * 1000 * 1000ULL)
+
+int registration_start(Plugin *p);
+void registration_cancel(Plugin *p);
+/* Next backoff after a failure with the current one (pure; exposed for tests). */
+uint64_t registration_next_backoff(uint64_t current_usec);
