@@ -385,7 +385,8 @@ static ssize_t raw_read_body(nghttp2_session *session, int32_t stream_id, uint8_
         RawStream *st = source->ptr;
         size_t n = MIN(length, st->body_len - st->body_off);
 
-        memcpy(buf, st->body + st->body_off, n);
+        if (n > 0)
+                memcpy(buf, st->body + st->body_off, n);
         st->body_off += n;
         if (st->body_off == st->body_len) {
                 *data_flags |= NGHTTP2_DATA_FLAG_EOF;
