@@ -179,6 +179,7 @@ class PluginClient:
         self._watch_call = None
         self._watch_thread = None
         self.options = None
+        self.registration = None   # set by KubeletSim for the client it made
 
     # --- unary calls -------------------------------------------------------------
     def get_options(self, timeout=5):
@@ -282,6 +283,8 @@ class KubeletSim:
         self.pods = []             # what PodResourcesLister/List returns (message objects)
         self.list_calls = 0
         self.created_at = None     # monotonic time kubelet.sock was last (re)created
+        self.generation = 0        # bumped by restart(); stale plugin connections are dropped
+        self._reg_seq = 0
         self._reg_server = None
         self._pr_server = None
         self.connect_errors = []
@@ -379,6 +382,9 @@ class KubeletSim:
                           'unsupported version %r' % request.version)
         with self.lock:
             self.registrations.append(reg)
+            self._reg_seq += 1
+            reg.seq = self._reg_seq
+            reg.generation = self.generation
             self.lock.notify_all()
         # The kubelet dials the plugin after answering, not from inside Register.
         threading.Thread(target=self._connect_plugin, args=(reg,), daemon=True).start()
@@ -391,15 +397,21 @@ class KubeletSim:
             cl.get_options()
             cl.start_watch()
         except grpc.RpcError as e:
-            self.log('connecting to %s failed: %s' % (path, e))
+            self.log('connecting to %s failed: %s' % (path, e.code()))
             with self.lock:
-                self.connect_errors.append((reg.resource_name, e.code()))
+                if reg.generation == self.generation:
+                    self.connect_errors.append((reg.resource_name, e.code()))
             cl.close()
             return
+        cl.registration = reg
         with self.lock:
             old = self.plugins.get(reg.resource_name)
-            self.plugins[reg.resource_name] = cl
-            self.lock.notify_all()
+            if reg.generation != self.generation or (old is not None and old.registration.seq > reg.seq):
+                # a kubelet restart or a newer registration overtook this one
+                old, cl = cl, None
+            else:
+                self.plugins[reg.resource_name] = cl
+                self.lock.notify_all()
         if old is not None:
             old.close()
 
@@ -489,6 +501,7 @@ class KubeletSim:
                 resources = sorted({r.resource_name for r in self.registrations})
             clients = list(self.plugins.values())
             self.plugins = {}
+            self.generation += 1
         self._stop_servers()
         for c in clients:
             c.close()
