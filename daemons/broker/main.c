@@ -131,10 +131,8 @@ int main(int argc, char *argv[]) {
         }
 
         r = manager_new(TAKE_PTR(config), &m);
-        if (r < 0) {
-                log_error_errno(r, "Failed to set up: %m");
+        if (r < 0)
                 return EXIT_FAILURE;
-        }
         r = manager_start(m);
         if (r < 0)
                 return EXIT_FAILURE;

@@ -78,6 +78,7 @@ int manager_read_boot_id(char **ret) {
 }
 
 int manager_new(Config *config, Manager **ret) {
+        /* Logs its own errors. */
         _cleanup_(config_freep) Config *c = config;
         _cleanup_(manager_freep) Manager *m = NULL;
         struct passwd *pw;
@@ -85,20 +86,24 @@ int manager_new(Config *config, Manager **ret) {
 
         m = calloc(1, sizeof(Manager));
         if (!m)
-                return -ENOMEM;
+                return log_oom();
         m->config = TAKE_PTR(c);
         m->start_time = now_usec(CLOCK_REALTIME);
         m->grpc_uid = (uid_t) -1;
 
         r = sd_event_default(&m->event);
         if (r < 0)
-                return r;
+                return log_error_errno(r, "Failed to allocate the event loop: %m");
         r = resources_new(m->config->intel_enabled, &m->resources);
         if (r < 0)
-                return r;
+                return log_oom();
+        r = resources_set_id_filters(m->resources, m->config->intel_allow_ids, m->config->intel_deny_ids);
+        if (r < 0)
+                return log_error_errno(r, "Invalid intel.allowIDs or intel.denyIDs (PCI device ids like 0x56a0 "
+                                       "expected): %m");
         r = manager_read_boot_id(&m->boot_id);
         if (r < 0)
-                return r;
+                return log_oom();
 
         if (!isempty(m->config->grpc_user)) {
                 errno = 0;

@@ -44,7 +44,7 @@ typedef struct Manager {
         bool probe_synced;              /* a GetManagedObjects reply was applied */
 } Manager;
 
-int manager_new(Config *config, Manager **ret);        /* takes config (also on failure) */
+int manager_new(Config *config, Manager **ret);        /* takes config (also on failure); logs */
 Manager *manager_free(Manager *m);
 DEFINE_CLEANUP_FUNC(Manager, manager_free);
 

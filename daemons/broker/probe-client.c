@@ -77,7 +77,8 @@ static bool gpu_path_valid(const char *path) {
 int probe_gpu_properties_apply(sd_bus_message *msg, GpuInfo *info) {
         _cleanup_free_ char *id = NULL, *vendor = NULL, *driver = NULL, *card = NULL,
                 *render = NULL, *health = NULL, *reason = NULL;
-        bool have_numa = false, bad = false;
+        bool have_numa = false, have_device_id = false, bad = false;
+        uint16_t device_id = 0;
         int32_t numa = -1;
         int r;
 
@@ -118,7 +119,9 @@ int probe_gpu_properties_apply(sd_bus_message *msg, GpuInfo *info) {
                 else if (streq(name, "HealthReason"))
                         target = &reason;
 
-                if ((target && !streq(contents, "s")) || (streq(name, "NumaNode") && !streq(contents, "i"))) {
+                if ((target && !streq(contents, "s")) ||
+                    (streq(name, "NumaNode") && !streq(contents, "i")) ||
+                    (streq(name, "DeviceId") && !streq(contents, "q"))) {
                         bad = true;
                         r = sd_bus_message_skip(msg, "v");
                         if (r < 0)
@@ -137,6 +140,11 @@ int probe_gpu_properties_apply(sd_bus_message *msg, GpuInfo *info) {
                         if (r < 0)
                                 return r;
                         have_numa = true;
+                } else if (streq(name, "DeviceId") && streq(contents, "q")) {
+                        r = sd_bus_message_read(msg, "v", "q", &device_id);
+                        if (r < 0)
+                                return r;
+                        have_device_id = true;
                 } else {
                         r = sd_bus_message_skip(msg, "v");
                         if (r < 0)
@@ -171,6 +179,8 @@ int probe_gpu_properties_apply(sd_bus_message *msg, GpuInfo *info) {
 #undef MOVE
         if (health)
                 info->healthy = streq(health, "Healthy");
+        if (have_device_id)
+                info->device_id = device_id;
         if (have_numa)
                 info->numa_node = numa >= 0 && numa < PROBE_NUMA_MAX ? numa : -1;
         return 0;

@@ -31,6 +31,7 @@ void gpu_info_done(GpuInfo *info) {
 int gpu_info_copy(const GpuInfo *from, GpuInfo *to) {
         GpuInfo c = {
                 .numa_node = from->numa_node,
+                .device_id = from->device_id,
                 .healthy = from->healthy,
         };
 
@@ -67,11 +68,90 @@ Resources *resources_free(Resources *r) {
         }
         free(r->gpus);
         strv_free(r->seen);
+        free(r->allow_ids);
+        free(r->deny_ids);
         return mfree(r);
+}
+
+int resources_parse_pci_id(const char *s, uint16_t *ret) {
+        _cleanup_free_ char *t = NULL;
+        uint64_t v;
+        int k;
+
+        if (isempty(s))
+                return -EINVAL;
+        /* "0x56a0" or bare hex "56a0", as the Intel plugin accepts. */
+        if (!startswith(s, "0x") && !startswith(s, "0X")) {
+                if (asprintf(&t, "0x%s", s) < 0)
+                        return -ENOMEM;
+                s = t;
+        }
+        k = safe_atou64(s, &v);
+        if (k < 0)
+                return k;
+        if (v > UINT16_MAX)
+                return -ERANGE;
+        *ret = (uint16_t) v;
+        return 0;
+}
+
+static int parse_id_list(char * const *l, uint16_t **ret, size_t *ret_n) {
+        _cleanup_free_ uint16_t *ids = NULL;
+        size_t n = strv_length(l);
+        int k;
+
+        if (n == 0) {
+                *ret = NULL;
+                *ret_n = 0;
+                return 0;
+        }
+        if (n > RESOURCES_IDS_MAX)
+                return -E2BIG;
+        ids = calloc(n, sizeof(uint16_t));
+        if (!ids)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                k = resources_parse_pci_id(l[i], &ids[i]);
+                if (k < 0)
+                        return k;
+        }
+        *ret = TAKE_PTR(ids);
+        *ret_n = n;
+        return 0;
+}
+
+int resources_set_id_filters(Resources *r, char * const *allow, char * const *deny) {
+        _cleanup_free_ uint16_t *a = NULL, *d = NULL;
+        size_t na, nd;
+        int k;
+
+        k = parse_id_list(allow, &a, &na);
+        if (k < 0)
+                return k;
+        k = parse_id_list(deny, &d, &nd);
+        if (k < 0)
+                return k;
+        free(r->allow_ids);
+        free(r->deny_ids);
+        r->allow_ids = TAKE_PTR(a);
+        r->n_allow_ids = na;
+        r->deny_ids = TAKE_PTR(d);
+        r->n_deny_ids = nd;
+        return 0;
+}
+
+static bool id_in(const uint16_t *ids, size_t n, uint16_t id) {
+        for (size_t i = 0; i < n; i++)
+                if (ids[i] == id)
+                        return true;
+        return false;
 }
 
 const char *resources_name_for_gpu(const Resources *r, const GpuInfo *info) {
         if (!r->intel_enabled || !info || isempty(info->id) || !streq(info->vendor, "intel"))
+                return NULL;
+        if ((r->n_allow_ids > 0 && !id_in(r->allow_ids, r->n_allow_ids, info->device_id)) ||
+            id_in(r->deny_ids, r->n_deny_ids, info->device_id))
                 return NULL;
         if (streq(info->driver, "i915"))
                 return RESOURCE_INTEL_I915;

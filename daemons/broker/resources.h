@@ -6,7 +6,8 @@
  *  - Pure data: no D-Bus, no I/O, no logging above debug. The probe client feeds GPU
  *    records in (keyed by the probe's object path), the D-Bus layer asks questions.
  *  - An Intel GPU (Vendor "intel", Driver "i915" or "xe") is one device of resource
- *    "gpu.intel.com/<driver>" with device id = Gpu1.Id. Other GPUs are kept but not
+ *    "gpu.intel.com/<driver>" with device id = Gpu1.Id, unless intel.allowIDs is set
+ *    and lacks its PCI device id, or intel.denyIDs has it. Other GPUs are kept but not
  *    advertised. A resource is advertised from the first time one of its GPUs is seen
  *    until the broker exits, even with no device left.
  *  - Device lists are sorted by id. Ids are unique: a second object claiming an id
@@ -44,6 +45,7 @@ typedef struct GpuInfo {
         char *render_node;      /* "" if none */
         char *health_reason;
         int32_t numa_node;      /* -1 if unknown */
+        uint16_t device_id;     /* PCI device id, 0 if unknown */
         bool healthy;
 } GpuInfo;
 
@@ -79,13 +81,25 @@ typedef struct Resources {
         size_t n_gpus;
         char **seen;            /* advertised resource names, sorted */
         bool intel_enabled;
+        uint16_t *allow_ids;    /* intel.allowIDs: serve only these PCI device ids */
+        size_t n_allow_ids;
+        uint16_t *deny_ids;     /* intel.denyIDs: never serve these */
+        size_t n_deny_ids;
 } Resources;
 
 int resources_new(bool intel_enabled, Resources **ret);
 Resources *resources_free(Resources *r);
 DEFINE_CLEANUP_FUNC(Resources, resources_free);
 
-/* The resource a GPU belongs to, or NULL if it is not advertised. */
+/* Sets the Intel PCI device id filters (strings like "0x56a0" or "56a0"; NULL or empty:
+ * no filter). -EINVAL naming nothing: the caller names the bad value from its config. Call
+ * before the first update. */
+int resources_set_id_filters(Resources *r, char * const *allow, char * const *deny);
+/* Parses one PCI device id ("0x56a0", "56a0"). */
+int resources_parse_pci_id(const char *s, uint16_t *ret);
+
+/* The resource a GPU belongs to, or NULL if it is not advertised (not Intel i915/xe,
+ * Intel disabled, or filtered out by the device id filters). */
 const char *resources_name_for_gpu(const Resources *r, const GpuInfo *info);
 
 /*

@@ -31,7 +31,7 @@ static void teardown(void) {
 
 typedef struct Prop {
         const char *name;
-        char type;              /* 's', 'i', 'u', 't' or 'a' (as) */
+        char type;              /* 's', 'i', 'q', 'u', 't' or 'a' (as) */
         const char *s;
         int64_t n;
 } Prop;
@@ -52,6 +52,9 @@ static sd_bus_message *props(const Prop *p, size_t n) {
                         break;
                 case 'i':
                         ck_assert_int_ge(sd_bus_message_append(m, "v", "i", (int32_t) p[i].n), 0);
+                        break;
+                case 'q':
+                        ck_assert_int_ge(sd_bus_message_append(m, "v", "q", (uint16_t) p[i].n), 0);
                         break;
                 case 'u':
                         ck_assert_int_ge(sd_bus_message_append(m, "v", "u", (uint32_t) p[i].n), 0);
@@ -97,7 +100,8 @@ START_TEST(test_probe_full_object) {
                 { "Vendor", 's', "intel" },
                 { "Driver", 's', "i915" },
                 { "PciAddress", 's', "0000:03:00.0" },
-                { "VendorId", 'u', NULL, 0x8086 },
+                { "VendorId", 'q', NULL, 0x8086 },
+                { "DeviceId", 'q', NULL, 0x56a0 },
                 { "MemoryBytes", 't', NULL, 1LL << 34 },
                 { "Tiles", 'u', NULL, 1 },
                 { "NumaNode", 'i', NULL, 1 },
@@ -116,6 +120,7 @@ START_TEST(test_probe_full_object) {
         ck_assert_str_eq(info.card_node, "/dev/dri/card0");
         ck_assert_str_eq(info.render_node, "/dev/dri/renderD128");
         ck_assert_int_eq(info.numa_node, 1);
+        ck_assert_uint_eq(info.device_id, 0x56a0);
         ck_assert(info.healthy);
 
         /* A partial update changes only what it names. */
@@ -186,12 +191,15 @@ START_TEST(test_probe_hostile_values) {
         const Prop ctl_id[] = { { "Id", 's', "0000:03:00.0\x1b[2J" } };
         const Prop wrong_type[] = { { "Vendor", 's', "intel" }, { "Id", 'u', NULL, 7 } };
         const Prop wrong_numa[] = { { "NumaNode", 's', "0" } };
+        const Prop wrong_devid[] = { { "DeviceId", 'u', NULL, 0x56a0 } };
 
         ck_assert_int_eq(apply(long_id, 1, &info), -EBADMSG);
         ck_assert_int_eq(apply(empty_id, 1, &info), -EBADMSG);
         ck_assert_int_eq(apply(ctl_id, 1, &info), -EBADMSG);
         ck_assert_int_eq(apply(wrong_type, ELEMENTSOF(wrong_type), &info), -EBADMSG);
         ck_assert_int_eq(apply(wrong_numa, 1, &info), -EBADMSG);
+        ck_assert_int_eq(apply(wrong_devid, 1, &info), -EBADMSG);
+        ck_assert_uint_eq(info.device_id, 0);
         ck_assert_str_eq(info.id, "0000:03:00.0");
         ck_assert_ptr_null(info.vendor);
         ck_assert_int_eq(info.numa_node, -1);

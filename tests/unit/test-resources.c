@@ -361,6 +361,51 @@ START_TEST(test_resources_check_ids) {
 }
 END_TEST
 
+START_TEST(test_resources_id_filters) {
+        _cleanup_(resources_freep) Resources *r = NULL;
+        _cleanup_strv_free_ char **changed = NULL;
+        GpuInfo a = gpu("0000:03:00.0", "i915", true, 0, "", "");
+        GpuInfo b = gpu("0000:04:00.0", "i915", true, 0, "", "");
+        GpuInfo c = gpu("0000:05:00.0", "xe", true, 0, "", "");
+        char *allow[] = { (char *) "0x56a0", (char *) "e20b", NULL };
+        char *deny[] = { (char *) "0xE20B", NULL };
+        char *bad1[] = { (char *) "0x10000", NULL };
+        char *bad2[] = { (char *) "zz", NULL };
+        char *bad3[] = { (char *) "", NULL };
+        uint16_t v;
+
+        ck_assert_int_eq(resources_parse_pci_id("0x56a0", &v), 0);
+        ck_assert_uint_eq(v, 0x56a0);
+        ck_assert_int_eq(resources_parse_pci_id("56A1", &v), 0);
+        ck_assert_uint_eq(v, 0x56a1);
+        ck_assert_int_eq(resources_parse_pci_id("-1", &v), -EINVAL);
+
+        a.device_id = 0x56a0;
+        b.device_id = 0x56c0;
+        c.device_id = 0xe20b;
+        ck_assert_int_eq(resources_new(true, &r), 0);
+        ck_assert_int_eq(resources_set_id_filters(r, bad1, NULL), -ERANGE);
+        ck_assert_int_eq(resources_set_id_filters(r, NULL, bad2), -EINVAL);
+        ck_assert_int_eq(resources_set_id_filters(r, bad3, NULL), -EINVAL);
+        ck_assert_int_eq(resources_set_id_filters(r, allow, deny), 0);
+
+        /* a: allowed; b: not in the allow list; c: allowed but denied. */
+        ck_assert_int_eq(resources_update_gpu(r, "/p/a", &a, &changed), 1);
+        ck_assert_int_eq(resources_update_gpu(r, "/p/b", &b, &changed), 1);
+        ck_assert_int_eq(resources_update_gpu(r, "/p/c", &c, &changed), 1);
+        ck_assert_str_eq(joined(changed), RESOURCE_INTEL_I915);
+        ck_assert_str_eq(joined(r->seen), RESOURCE_INTEL_I915);
+        ck_assert_str_eq(resources_name_for_gpu(r, &a), RESOURCE_INTEL_I915);
+        ck_assert_ptr_null(resources_name_for_gpu(r, &b));
+        ck_assert_ptr_null(resources_name_for_gpu(r, &c));
+
+        /* No filters: all served. */
+        ck_assert_int_eq(resources_set_id_filters(r, NULL, NULL), 0);
+        ck_assert_ptr_nonnull(resources_name_for_gpu(r, &b));
+        ck_assert_ptr_nonnull(resources_name_for_gpu(r, &c));
+}
+END_TEST
+
 static Suite *resources_suite(void) {
         Suite *s = suite_create("resources");
         TCase *tc = tcase_create("core");
@@ -373,6 +418,7 @@ static Suite *resources_suite(void) {
         tcase_add_test(tc, test_resources_allocate_answer);
         tcase_add_test(tc, test_resources_allocate_errors);
         tcase_add_test(tc, test_resources_check_ids);
+        tcase_add_test(tc, test_resources_id_filters);
         suite_add_tcase(s, tc);
         return s;
 }
