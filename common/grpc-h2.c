@@ -417,7 +417,7 @@ struct GrpcCall {
         unsigned n_ref;
         GrpcConnection *conn;   /* NULL once the stream is gone */
         int32_t stream_id;
-        const GrpcMethod *method;       /* valid while conn is set */
+        const GrpcMethod *method;       /* set during header processing only */
         char *path;
         GrpcMethodKind kind;
         GrpcMethodHandler handler;
@@ -870,6 +870,8 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
                         c->handler = c->method->handler;
                         c->handler_userdata = c->method->userdata;
                 }
+                /* Only valid during this mem_recv: the method table may grow later. */
+                c->method = NULL;
         }
 
         if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)
@@ -1152,8 +1154,6 @@ _public_ int grpc_server_add_method(GrpcServer *s, const char *path, GrpcMethodK
                 return -EINVAL;
         if (kind != GRPC_METHOD_UNARY && kind != GRPC_METHOD_SERVER_STREAMING)
                 return -EINVAL;
-        if (s->n_connections > 0)
-                return -EBUSY;  /* method table is referenced by live calls */
         if (server_find_method(s, (const uint8_t *) path, strlen(path)))
                 return -EEXIST;
 
@@ -1197,6 +1197,7 @@ _public_ int grpc_server_listen_fd(GrpcServer *s, int fd) {
 _public_ int grpc_server_listen_unix(GrpcServer *s, const char *path) {
         _cleanup_close_ int fd = -EBADF;
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        struct stat st;
         size_t l;
         int r;
 
@@ -1212,7 +1213,13 @@ _public_ int grpc_server_listen_unix(GrpcServer *s, const char *path) {
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0)
                 return -errno;
-        if (unlink(path) < 0 && errno != ENOENT)
+        /* Only a stale socket is removed, never another kind of file. */
+        if (lstat(path, &st) >= 0) {
+                if (!S_ISSOCK(st.st_mode))
+                        return -EEXIST;
+                if (unlink(path) < 0 && errno != ENOENT)
+                        return -errno;
+        } else if (errno != ENOENT)
                 return -errno;
         /* Linux creates the node from the socket inode's mode minus the umask; chmod
          * afterwards makes the result umask-independent. */

@@ -448,30 +448,11 @@ static RawStream *raw_submit(RawClient *rc, const char *method, const char *path
         return st;
 }
 
-/* One round of I/O; returns false once the server closed the connection. */
-static bool raw_pump(RawClient *rc) {
+/* Appends what the socket has to *buf; returns false on EOF or a socket error. */
+static bool raw_recv_all(RawClient *rc, uint8_t **buf, size_t *len) {
         for (;;) {
-                const uint8_t *d;
-                ssize_t n = nghttp2_session_mem_send(rc->session, &d);
-
-                ck_assert_int_ge(n, 0);
-                if (n == 0)
-                        break;
-                for (ssize_t off = 0; off < n;) {
-                        ssize_t k = send(rc->fd, d + off, (size_t) (n - off), MSG_NOSIGNAL);
-                        if (k < 0 && errno == EAGAIN) {
-                                ck_assert_int_ge(sd_event_run(event, 1000), 0);
-                                continue;
-                        }
-                        if (k < 0)
-                                return false;   /* EPIPE: the server is gone */
-                        off += k;
-                }
-        }
-        ck_assert_int_ge(sd_event_run(event, 2000), 0);
-        for (;;) {
-                uint8_t buf[16384];
-                ssize_t n = recv(rc->fd, buf, sizeof buf, MSG_DONTWAIT);
+                uint8_t tmp[16384];
+                ssize_t n = recv(rc->fd, tmp, sizeof tmp, MSG_DONTWAIT);
 
                 if (n < 0 && errno == EAGAIN)
                         return true;
@@ -479,8 +460,64 @@ static bool raw_pump(RawClient *rc) {
                         rc->eof = true;
                         return false;
                 }
-                ck_assert_int_eq(nghttp2_session_mem_recv(rc->session, buf, (size_t) n), n);
+                *buf = realloc(*buf, *len + (size_t) n);
+                ck_assert_ptr_nonnull(*buf);
+                memcpy(*buf + *len, tmp, (size_t) n);
+                *len += (size_t) n;
         }
+}
+
+/* Appends everything nghttp2 wants to send to *buf. */
+static void raw_collect(RawClient *rc, uint8_t **buf, size_t *len) {
+        for (;;) {
+                const uint8_t *d;
+                ssize_t n = nghttp2_session_mem_send(rc->session, &d);
+
+                ck_assert_int_ge(n, 0);
+                if (n == 0)
+                        return;
+                *buf = realloc(*buf, *len + (size_t) n);
+                ck_assert_ptr_nonnull(*buf);
+                memcpy(*buf + *len, d, (size_t) n);
+                *len += (size_t) n;
+        }
+}
+
+/* Writes out[], then feeds what came back to nghttp2; returns false once the server
+ * closed the connection. Reads while writing, as the server stops reading a peer that
+ * does not take its answers. */
+static bool raw_exchange(RawClient *rc, const uint8_t *out, size_t n_out) {
+        _cleanup_free_ uint8_t *in = NULL;
+        size_t n_in = 0;
+        bool alive = true;
+
+        for (size_t off = 0; off < n_out && alive;) {
+                ssize_t k = send(rc->fd, out + off, n_out - off, MSG_NOSIGNAL);
+                if (k < 0 && errno == EAGAIN) {
+                        ck_assert_int_ge(sd_event_run(event, 1000), 0);
+                        alive = raw_recv_all(rc, &in, &n_in);
+                        continue;
+                }
+                if (k < 0)
+                        alive = false;  /* EPIPE: the server is gone */
+                else
+                        off += (size_t) k;
+        }
+        ck_assert_int_ge(sd_event_run(event, 2000), 0);
+        if (alive)
+                alive = raw_recv_all(rc, &in, &n_in);
+        if (n_in > 0)
+                ck_assert_int_eq(nghttp2_session_mem_recv(rc->session, in, n_in), (ssize_t) n_in);
+        return alive;
+}
+
+/* One round of I/O. */
+static bool raw_pump(RawClient *rc) {
+        _cleanup_free_ uint8_t *out = NULL;
+        size_t n_out = 0;
+
+        raw_collect(rc, &out, &n_out);
+        return raw_exchange(rc, out, n_out);
 }
 
 static void raw_wait_closed(RawClient *rc, RawStream *st) {
@@ -780,6 +817,66 @@ START_TEST(test_server_too_many_connections) {
 }
 END_TEST
 
+START_TEST(test_server_rapid_reset) {
+        /* Open and reset streams as fast as possible (CVE-2023-44487): nghttp2's
+         * built-in limit must end the connection with a GOAWAY, and the server must
+         * keep serving others. */
+        RawClient rc;
+        nghttp2_nv nva[] = {
+                NV(":method", "POST"), NV(":scheme", "http"), NV(":path", "/test.Svc/Hold"),
+                NV(":authority", "x"), NV("content-type", "application/grpc"),
+        };
+        unsigned i;
+
+        raw_client_init(&rc);
+        for (i = 0; i < 20000 && !rc.goaway && !rc.eof;) {
+                _cleanup_free_ uint8_t *out = NULL;
+                size_t n_out = 0;
+
+                for (unsigned j = 0; j < 256; j++, i++) {
+                        int32_t id = nghttp2_submit_headers(rc.session, NGHTTP2_FLAG_NONE, -1, NULL, nva,
+                                                            ELEMENTSOF(nva), NULL);
+                        ck_assert_int_gt(id, 0);
+                        raw_collect(&rc, &out, &n_out);
+                        ck_assert_int_eq(nghttp2_submit_rst_stream(rc.session, NGHTTP2_FLAG_NONE, id,
+                                                                   NGHTTP2_CANCEL), 0);
+                        raw_collect(&rc, &out, &n_out);
+                }
+                if (!raw_exchange(&rc, out, n_out))
+                        break;
+        }
+        for (unsigned k = 0; k < 100 && !rc.goaway && raw_pump(&rc); k++)
+                ;
+        ck_assert_msg(rc.goaway || rc.eof, "no GOAWAY after %u resets", i);
+        ck_assert_uint_lt(i, 20000);
+        raw_client_done(&rc);
+        RUN_UNTIL(grpc_server_n_connections(server) == 0);
+        ck_assert_uint_eq(n_handled, 0);
+        assert_server_serves();
+}
+END_TEST
+
+START_TEST(test_server_listen_unix) {
+        GrpcServer *other = NULL;
+        char path[160];
+        int fd;
+
+        /* A regular file is never replaced; a stale socket is. */
+        snprintf(path, sizeof path, "%s/file", tmpdir);
+        fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+        ck_assert_int_ge(fd, 0);
+        close(fd);
+        ck_assert_int_eq(grpc_server_new(event, NULL, &other), 0);
+        ck_assert_int_eq(grpc_server_listen_unix(other, path), -EEXIST);
+        ck_assert_int_eq(unlink(path), 0);
+        ck_assert_int_eq(grpc_server_listen_unix(other, sock_path), 0);
+        ck_assert_int_eq(access(sock_path, F_OK), 0);
+        other = grpc_server_free(other);
+        /* The first server's listener is gone with the file; a new call reaches the
+         * second server until it is freed — and nothing leaked. */
+}
+END_TEST
+
 START_TEST(test_server_free_with_open_calls) {
         RawClient rc;
         RawStream *st;
@@ -994,6 +1091,8 @@ static Suite *grpc_suite(bool grpcio) {
         tcase_add_test(tc, test_server_bad_headers);
         tcase_add_test(tc, test_server_too_many_connections);
         tcase_add_test(tc, test_server_free_with_open_calls);
+        tcase_add_test(tc, test_server_rapid_reset);
+        tcase_add_test(tc, test_server_listen_unix);
         tcase_add_test(tc, test_server_feed);
         suite_add_tcase(s, tc);
 
