@@ -400,6 +400,7 @@ struct GrpcServer {
         sd_event_source *listen_source;
         GrpcConnection *connections;
         unsigned n_connections;
+        GrpcCall *pending_closed;       /* detached calls whose closed handler is deferred */
         bool freeing;
 };
 
@@ -443,8 +444,10 @@ struct GrpcCall {
         sd_event_source *dispatch_source, *closed_source;
         GrpcCallClosedHandler closed_cb;
         void *closed_userdata;
+        GrpcServer *pending_server;     /* set while linked in pending_closed */
 
         GrpcCall *next, *prev;
+        GrpcCall *pending_next, *pending_prev;
 };
 
 static void connection_free(GrpcConnection *c);
@@ -494,9 +497,25 @@ _public_ void *grpc_call_get_userdata(GrpcCall *c) {
         return c ? c->handler_userdata : NULL;
 }
 
+static void call_pending_unlink(GrpcCall *c) {
+        GrpcServer *s = c->pending_server;
+
+        if (!s)
+                return;
+        if (c->pending_prev)
+                c->pending_prev->pending_next = c->pending_next;
+        else
+                s->pending_closed = c->pending_next;
+        if (c->pending_next)
+                c->pending_next->pending_prev = c->pending_prev;
+        c->pending_next = c->pending_prev = NULL;
+        c->pending_server = NULL;
+}
+
 static int call_closed_dispatch(sd_event_source *s, void *userdata) {
         _cleanup_(grpc_call_unrefp) GrpcCall *c = grpc_call_ref(userdata);
 
+        call_pending_unlink(c);
         /* The source's own reference goes with the source (destroy callback). */
         c->closed_source = sd_event_source_disable_unref(c->closed_source);
         if (c->closed_cb && !c->closed_notified) {
@@ -551,6 +570,12 @@ static void call_detach(GrpcCall *c, bool sync_notify) {
                                 (void) sd_event_source_set_destroy_callback(s, call_destroy_userdata);
                                 c->closed_source = s;
                                 grpc_call_ref(c);
+                                /* grpc_server_free() delivers it if the loop does not. */
+                                c->pending_server = conn->server;
+                                c->pending_next = conn->server->pending_closed;
+                                if (c->pending_next)
+                                        c->pending_next->pending_prev = c;
+                                conn->server->pending_closed = c;
                         } else {
                                 /* Could not defer (OOM): tell now rather than never. */
                                 c->closed_notified = true;
@@ -1257,6 +1282,18 @@ _public_ GrpcServer *grpc_server_free(GrpcServer *s) {
         s->listen_fd = safe_close(s->listen_fd);
         while (s->connections)
                 connection_free(s->connections);
+        /* Closed handlers still waiting for their defer source run now, so no handler
+         * runs after the server (and what its users freed with it) is gone. */
+        while (s->pending_closed) {
+                _cleanup_(grpc_call_unrefp) GrpcCall *c = grpc_call_ref(s->pending_closed);
+
+                call_pending_unlink(c);
+                c->closed_source = sd_event_source_disable_unref(c->closed_source);
+                if (c->closed_cb && !c->closed_notified) {
+                        c->closed_notified = true;
+                        c->closed_cb(c, c->closed_userdata);
+                }
+        }
         for (size_t i = 0; i < s->n_methods; i++)
                 free(s->methods[i].path);
         free(s->methods);

@@ -817,6 +817,26 @@ START_TEST(test_server_too_many_connections) {
 }
 END_TEST
 
+START_TEST(test_server_free_before_closed_handler_ran) {
+        /* The peer is gone and its closed handler is still deferred when the server is
+         * freed: the handler runs inside grpc_server_free(), never after it. */
+        RawClient rc;
+        RawStream *st;
+
+        raw_client_init(&rc);
+        st = raw_submit(&rc, "POST", "/test.Svc/Hold", "application/grpc", (const uint8_t *) "\0\0\0\0\0", 5, true);
+        while (st->data_len < 10)
+                ck_assert(raw_pump(&rc));
+        raw_client_done(&rc);
+        RUN_UNTIL(grpc_server_n_connections(server) == 0);
+        ck_assert_uint_eq(n_closed, 0);
+        server = grpc_server_free(server);
+        ck_assert_uint_eq(n_closed, 1);
+        run_for(50000);
+        ck_assert_uint_eq(n_closed, 1);
+}
+END_TEST
+
 START_TEST(test_server_rapid_reset) {
         /* Open and reset streams as fast as possible (CVE-2023-44487): nghttp2's
          * built-in limit must end the connection with a GOAWAY, and the server must
@@ -1092,6 +1112,7 @@ static Suite *grpc_suite(bool grpcio) {
         tcase_add_test(tc, test_server_too_many_connections);
         tcase_add_test(tc, test_server_free_with_open_calls);
         tcase_add_test(tc, test_server_rapid_reset);
+        tcase_add_test(tc, test_server_free_before_closed_handler_ran);
         tcase_add_test(tc, test_server_listen_unix);
         tcase_add_test(tc, test_server_feed);
         suite_add_tcase(s, tc);
