@@ -26,7 +26,8 @@
 #include "daemons/broker/resources.h"
 #include "daemons/broker/store.h"
 
-#define LIST_ALLOCATIONS_MAX 65536
+#define LIST_ALLOCATIONS_MAX 65536      /* newest allocations listed */
+#define PREFERRED_IDS_MAX 8192          /* ids in all lists of one GetPreferredAllocation */
 
 static int reply_resource_error(const ResourceError *e, int r, sd_bus_error *error) {
         return sd_bus_error_set(error, e->name ?: KGPU_ERROR_INVALID_ARGS,
@@ -34,8 +35,8 @@ static int reply_resource_error(const ResourceError *e, int r, sd_bus_error *err
 }
 
 /* Reads an "as" into a (possibly empty, never NULL) strv, with the bounds of resources.h.
- * *total counts ids across calls when not NULL. */
-static int read_ids(sd_bus_message *msg, char ***ret, size_t *total, sd_bus_error *error) {
+ * *total counts ids across calls when not NULL, up to total_max. */
+static int read_ids(sd_bus_message *msg, char ***ret, size_t *total, size_t total_max, sd_bus_error *error) {
         _cleanup_strv_free_ char **l = NULL;
         size_t n = 0;
         int r;
@@ -54,10 +55,13 @@ static int read_ids(sd_bus_message *msg, char ***ret, size_t *total, sd_bus_erro
                         return r;
                 if (r == 0)
                         break;
-                if (++n > RESOURCES_IDS_MAX || (total && ++*total > RESOURCES_IDS_MAX))
+                if (++n > RESOURCES_IDS_MAX)
                         return sd_bus_error_setf(error, KGPU_ERROR_INVALID_ARGS,
                                                  "More than %u device ids in one request",
                                                  RESOURCES_IDS_MAX);
+                if (total && ++*total > total_max)
+                        return sd_bus_error_setf(error, KGPU_ERROR_INVALID_ARGS,
+                                                 "More than %zu device ids in one call", total_max);
                 if (strnlen(s, RESOURCES_ID_MAX + 1) > RESOURCES_ID_MAX)
                         return sd_bus_error_setf(error, KGPU_ERROR_INVALID_ARGS,
                                                  "Device id longer than %u bytes", RESOURCES_ID_MAX);
@@ -209,7 +213,7 @@ static int method_get_preferred_allocation(sd_bus_message *msg, void *userdata, 
         Manager *m = userdata;
         ResourceError e = {};
         const char *resource;
-        size_t n = 0;
+        size_t n = 0, total = 0;
         int r;
 
         r = read_resource(msg, &resource, error);
@@ -242,10 +246,10 @@ static int method_get_preferred_allocation(sd_bus_message *msg, void *userdata, 
                         return sd_bus_error_setf(error, KGPU_ERROR_INVALID_ARGS,
                                                  "More than %u container requests in one call",
                                                  RESOURCES_REQUESTS_MAX);
-                r = read_ids(msg, &available, NULL, error);
+                r = read_ids(msg, &available, &total, PREFERRED_IDS_MAX, error);
                 if (r < 0)
                         return r;
-                r = read_ids(msg, &must, NULL, error);
+                r = read_ids(msg, &must, &total, PREFERRED_IDS_MAX, error);
                 if (r < 0)
                         return r;
                 r = sd_bus_message_read(msg, "i", &size);
@@ -307,7 +311,7 @@ static int read_requests(sd_bus_message *msg, Requests *q, sd_bus_error *error) 
                         return sd_bus_error_setf(error, KGPU_ERROR_INVALID_ARGS,
                                                  "More than %u container requests in one call",
                                                  RESOURCES_REQUESTS_MAX);
-                r = read_ids(msg, &q->lists[q->n], &total, error);
+                r = read_ids(msg, &q->lists[q->n], &total, RESOURCES_IDS_MAX, error);
                 if (r < 0)
                         return r;
                 q->n++;
@@ -429,7 +433,7 @@ static int method_pre_start_container(sd_bus_message *msg, void *userdata, sd_bu
         r = read_resource(msg, &resource, error);
         if (r < 0)
                 return r;
-        r = read_ids(msg, &ids, NULL, error);
+        r = read_ids(msg, &ids, NULL, 0, error);
         if (r < 0)
                 return r;
         r = resources_check_ids(m->resources, resource, ids, true, false, &e);

@@ -104,6 +104,9 @@ int manager_new(Config *config, Manager **ret) {
         r = manager_read_boot_id(&m->boot_id);
         if (r < 0)
                 return log_oom();
+        if (isempty(m->boot_id))
+                log_warning("Cannot read /proc/sys/kernel/random/boot_id; allocations are recorded without "
+                            "a boot id, ignoring.");
 
         if (!isempty(m->config->grpc_user)) {
                 errno = 0;

@@ -43,9 +43,11 @@ static const char * const statement_sql[_STMT_MAX] = {
                 "INSERT INTO allocations (resource, created_usec, boot_id) VALUES (?1, ?2, ?3)",
         [STMT_INSERT_DEVICE] =
                 "INSERT INTO allocation_devices (allocation_id, device_id) VALUES (?1, ?2)",
+        /* The newest ?1 allocations (-1: all), oldest first. */
         [STMT_LIST] =
                 "SELECT a.id, a.resource, a.created_usec, a.boot_id, d.device_id "
-                "FROM allocations AS a LEFT JOIN allocation_devices AS d ON d.allocation_id = a.id "
+                "FROM (SELECT * FROM allocations ORDER BY id DESC LIMIT ?1) AS a "
+                "LEFT JOIN allocation_devices AS d ON d.allocation_id = a.id "
                 "ORDER BY a.id, d.rowid",
 };
 
@@ -548,6 +550,10 @@ int store_foreach_allocation(Store *s, size_t max, StoreAllocationFunc cb, void 
         size_t n = 0;
         int rc, r = 0;
 
+        rc = sqlite3_bind_int64(st, 1, max > 0 ? (sqlite3_int64) MIN(max, (size_t) INT64_MAX) : -1);
+        if (rc != SQLITE_OK)
+                return sqlite_to_errno(rc) ?: -EIO;
+
         for (;;) {
                 sqlite3_int64 id, created;
                 const char *resource, *boot_id, *device_id;
@@ -562,8 +568,6 @@ int store_foreach_allocation(Store *s, size_t max, StoreAllocationFunc cb, void 
                 if ((uint64_t) id != cur.id) {
                         r = allocation_row_flush(&cur, cb, userdata, &n);
                         if (r < 0)
-                                goto finish;
-                        if (max > 0 && n >= max)
                                 goto finish;
 
                         cur.id = (uint64_t) id;
@@ -605,5 +609,6 @@ int store_foreach_allocation(Store *s, size_t max, StoreAllocationFunc cb, void 
 finish:
         allocation_row_done(&cur);
         sqlite3_reset(st);
+        sqlite3_clear_bindings(st);
         return r < 0 ? r : (int) MIN(n, (size_t) INT32_MAX);
 }

@@ -48,8 +48,9 @@ const char *store_get_previous_boot_id(const Store *s);
 int store_allocate(Store *s, const char *resource, char ** const *requests, size_t n_requests,
                    uint64_t created_usec, uint64_t *ret_ids);
 
-/* Calls cb for each allocation in id order, at most max of them (0: no limit). A
- * negative return of cb stops and is returned. Returns the number visited. */
+/* Calls cb for each of the newest max allocations (0: all) in id order, oldest first.
+ * Rows that fail validation are skipped (and count against max). A negative return of
+ * cb stops and is returned. Returns the number visited. */
 typedef int (*StoreAllocationFunc)(uint64_t id, const char *resource, char * const *device_ids,
                                    uint64_t created_usec, const char *boot_id, void *userdata);
 int store_foreach_allocation(Store *s, size_t max, StoreAllocationFunc cb, void *userdata);

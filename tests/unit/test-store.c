@@ -188,9 +188,15 @@ START_TEST(test_store_reopen_sees_commits) {
         /* Ids are never reused, limits apply. */
         ck_assert_int_eq(store_allocate(s, "gpu.intel.com/xe", &reqs[0], 1, 99, ids2), 0);
         ck_assert_uint_gt(ids2[0], ids[1]);
+        /* A limit keeps the newest, listed oldest first. */
         memset(&seen, 0, sizeof(seen));
         ck_assert_int_eq(store_foreach_allocation(s, 2, collect, &seen), 2);
         ck_assert_uint_eq(seen.n, 2);
+        ck_assert_uint_eq(seen.ids[0], ids[1]);
+        ck_assert_uint_eq(seen.ids[1], ids2[0]);
+        ck_assert_str_eq(seen.resources[1], "gpu.intel.com/xe");
+        memset(&seen, 0, sizeof(seen));
+        ck_assert_int_eq(store_foreach_allocation(s, 0, collect, &seen), 3);
 }
 END_TEST
 
