@@ -1396,19 +1396,18 @@ static void client_call_complete(GrpcClientCall *c, uint32_t error_code) {
 
         if (c->done)
                 return;
+        if (c->grpc_status < 0 && error_code == NGHTTP2_REFUSED_STREAM)
+                return client_call_set_result(c, GRPC_STATUS_UNAVAILABLE, "stream refused");
+        if (c->grpc_status < 0 && error_code == NGHTTP2_CANCEL)
+                return client_call_set_result(c, GRPC_STATUS_CANCELLED, "stream cancelled");
         if (c->http_status != 200) {
                 snprintf(buf, sizeof buf, "HTTP status %u", c->http_status);
                 return client_call_set_result(c, c->http_status ? http_status_to_grpc(c->http_status)
                                                                 : GRPC_STATUS_UNAVAILABLE,
                                               c->http_status ? buf : "stream closed without answer");
         }
-        if (c->grpc_status < 0) {
-                if (error_code == NGHTTP2_REFUSED_STREAM)
-                        return client_call_set_result(c, GRPC_STATUS_UNAVAILABLE, "stream refused");
-                if (error_code == NGHTTP2_CANCEL)
-                        return client_call_set_result(c, GRPC_STATUS_CANCELLED, "stream cancelled");
+        if (c->grpc_status < 0)
                 return client_call_set_result(c, GRPC_STATUS_INTERNAL, "missing grpc-status");
-        }
         if (c->grpc_status != GRPC_STATUS_OK)
                 return client_call_set_result(c, (GrpcStatus) c->grpc_status, c->grpc_message);
         if (c->error_message)

@@ -3,11 +3,14 @@
  * gen-corpus.c — writes the seed corpora of fuzz-grpc-h2 and fuzz-proto.
  *
  * Contract: `gen-corpus DIR` creates DIR/fuzz-grpc-h2/ (HTTP/2 client byte streams
- * made by an nghttp2 client session, without the client magic) and DIR/fuzz-proto/
- * (selector byte + packed message, selectors as in fuzz-proto.c). Exit 0 on success.
+ * made by an nghttp2 client session, without the client magic), DIR/fuzz-grpc-client/
+ * (server byte streams answering stream 1, made by an nghttp2 server session) and
+ * DIR/fuzz-proto/ (selector byte + packed message, selectors as in fuzz-proto.c).
+ * Exit 0 on success.
  */
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <nghttp2/nghttp2.h>
 #include <stdio.h>
@@ -118,6 +121,109 @@ static void h2_seed(const char *name, const Req *reqs, size_t n_reqs, int extra)
         nghttp2_session_del(s);
         /* The fuzz target prepends the client magic itself. */
         write_seed("fuzz-grpc-h2", name, out + NGHTTP2_CLIENT_MAGIC_LEN, n_out - NGHTTP2_CLIENT_MAGIC_LEN);
+}
+
+typedef struct Answer {
+        unsigned http_status;
+        const char *grpc_status;        /* NULL: none */
+        const char *grpc_message;
+        bool trailers_only;
+        const uint8_t *body;
+        size_t len;
+        int special;                    /* 1: RST_STREAM REFUSED, 2: GOAWAY, 3: PING */
+} Answer;
+
+static const Answer *current_answer;
+
+static ssize_t answer_read(nghttp2_session *session, int32_t stream_id, uint8_t *buf, size_t length,
+                           uint32_t *data_flags, nghttp2_data_source *source, void *user_data) {
+        ssize_t n = body_read(session, stream_id, buf, length, data_flags, source, user_data);
+
+        if (*data_flags & NGHTTP2_DATA_FLAG_EOF) {
+                /* Trailers go after the data, submitted from here as nghttp2 asks. */
+                nghttp2_nv tr[2];
+                size_t nt = 0;
+
+                *data_flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+                if (current_answer->grpc_status)
+                        tr[nt++] = (nghttp2_nv) NV("grpc-status", current_answer->grpc_status);
+                if (current_answer->grpc_message)
+                        tr[nt++] = (nghttp2_nv) NV("grpc-message", current_answer->grpc_message);
+                if (nghttp2_submit_trailer(session, stream_id, tr, nt) != 0)
+                        exit(1);
+        }
+        return n;
+}
+
+static void client_seed(const char *name, const Answer *a) {
+        nghttp2_session_callbacks *cbs;
+        nghttp2_session *cs, *ss;
+        uint8_t out[65536];
+        size_t n_out = 0;
+        Body body = { a->body, a->len, 0 };
+        nghttp2_nv req[] = {
+                NV(":method", "POST"), NV(":scheme", "http"), NV(":path", "/v1beta1.Registration/Register"),
+                NV(":authority", "localhost"), NV("content-type", "application/grpc"), NV("te", "trailers"),
+        };
+        char hs[8];
+        nghttp2_nv hdrs[4];
+        size_t nh = 0;
+
+        if (nghttp2_session_callbacks_new(&cbs) != 0 || nghttp2_session_client_new(&cs, cbs, NULL) != 0 ||
+            nghttp2_session_server_new(&ss, cbs, NULL) != 0)
+                exit(1);
+        nghttp2_session_callbacks_del(cbs);
+
+        /* The server's SETTINGS must be its first frame, before its ACK of the client's. */
+        nghttp2_submit_settings(ss, NGHTTP2_FLAG_NONE, NULL, 0);
+        /* Let the server session see a request on stream 1. */
+        nghttp2_submit_settings(cs, NGHTTP2_FLAG_NONE, NULL, 0);
+        if (nghttp2_submit_request(cs, NULL, req, sizeof req / sizeof req[0], NULL, NULL) != 1)
+                exit(1);
+        for (;;) {
+                const uint8_t *d;
+                ssize_t k = nghttp2_session_mem_send(cs, &d);
+                if (k <= 0)
+                        break;
+                if (nghttp2_session_mem_recv(ss, d, (size_t) k) != k)
+                        exit(1);
+        }
+
+        if (a->special == 1)
+                nghttp2_submit_rst_stream(ss, NGHTTP2_FLAG_NONE, 1, NGHTTP2_REFUSED_STREAM);
+        else if (a->special == 2)
+                nghttp2_submit_goaway(ss, NGHTTP2_FLAG_NONE, 0, NGHTTP2_NO_ERROR, NULL, 0);
+        else {
+                if (a->special == 3)
+                        nghttp2_submit_ping(ss, NGHTTP2_FLAG_NONE, NULL);
+                snprintf(hs, sizeof hs, "%u", a->http_status);
+                hdrs[nh++] = (nghttp2_nv) NV(":status", hs);
+                hdrs[nh++] = (nghttp2_nv) NV("content-type", "application/grpc");
+                if (a->trailers_only) {
+                        hdrs[nh++] = (nghttp2_nv) NV("grpc-status", a->grpc_status);
+                        if (a->grpc_message)
+                                hdrs[nh++] = (nghttp2_nv) NV("grpc-message", a->grpc_message);
+                        nghttp2_submit_response(ss, 1, hdrs, nh, NULL);
+                } else {
+                        nghttp2_data_provider prd = { .source.ptr = &body, .read_callback = answer_read };
+
+                        current_answer = a;
+                        nghttp2_submit_response(ss, 1, hdrs, nh, &prd);
+                }
+        }
+        for (;;) {
+                const uint8_t *d;
+                ssize_t k = nghttp2_session_mem_send(ss, &d);
+                if (k <= 0)
+                        break;
+                if (n_out + (size_t) k > sizeof out)
+                        exit(1);
+                memcpy(out + n_out, d, (size_t) k);
+                n_out += (size_t) k;
+        }
+        nghttp2_session_del(cs);
+        nghttp2_session_del(ss);
+        write_seed("fuzz-grpc-client", name, out, n_out);
 }
 
 static size_t frame(uint8_t *out, const ProtobufCMessage *m) {
@@ -280,5 +386,18 @@ int main(int argc, char *argv[]) {
                         { "POST", "/v1beta1.DevicePlugin/ListAndWatch", ct, empty_msg, empty_len },
                         { "POST", "/v1beta1.DevicePlugin/Allocate", ct, alloc_msg, alloc_len },
                 }, 2, 7);
+
+        client_seed("ok", &(Answer) { 200, "0", NULL, false, empty_msg, empty_len, 0 });
+        client_seed("ok-ping", &(Answer) { 200, "0", NULL, false, alloc_msg, alloc_len, 3 });
+        client_seed("error", &(Answer) { 200, "3", "bad%20thing%C3%BC%", false, NULL, 0, 0 });
+        client_seed("trailers-only", &(Answer) { 200, "12", "unknown service", true, NULL, 0, 0 });
+        client_seed("http-404", &(Answer) { 404, NULL, NULL, false, NULL, 0, 0 });
+        client_seed("missing-status", &(Answer) { 200, NULL, NULL, false, empty_msg, empty_len, 0 });
+        client_seed("two-messages", &(Answer) { 200, "0", NULL, false, two, sizeof two, 0 });
+        client_seed("compressed", &(Answer) { 200, "0", NULL, false, comp, sizeof comp, 0 });
+        client_seed("huge-length", &(Answer) { 200, "0", NULL, false, big, sizeof big, 0 });
+        client_seed("truncated", &(Answer) { 200, "0", NULL, false, trunc, sizeof trunc, 0 });
+        client_seed("refused", &(Answer) { .special = 1 });
+        client_seed("goaway", &(Answer) { .special = 2 });
         return 0;
 }
