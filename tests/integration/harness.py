@@ -120,6 +120,7 @@ class Daemon:
         self.notify_cond = threading.Condition()
         self._nsock = None
         self._nthread = None
+        self._log_thread = None
         self.notify_path = os.path.join(node.tmp, 'notify', name)
         self.returncodes = []      # of earlier instances (kill/restart)
 
@@ -138,11 +139,23 @@ class Daemon:
         log = open(self.log_path, 'ab')
         log.write(('=== %s: %s\n' % (time.strftime('%H:%M:%S'), ' '.join(self.argv))).encode())
         log.flush()
+        # Through a pipe so that every line gets a timestamp (seconds since the node
+        # started, same clock as the simulator's) for reading races out of the logs.
         self.proc = subprocess.Popen(self.argv, env=env, stdin=subprocess.DEVNULL,
-                                     stdout=log, stderr=subprocess.STDOUT, close_fds=True)
-        log.close()
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     close_fds=True)
+        self._log_thread = threading.Thread(target=self._log_loop, args=(self.proc.stdout, log),
+                                            daemon=True)
+        self._log_thread.start()
         self.node.log('started %s pid %d' % (self.name, self.proc.pid))
         return self
+
+    def _log_loop(self, pipe, log):
+        t0 = self.node.t0
+        with log, pipe:
+            for line in pipe:
+                log.write(b'[%10.6f] ' % (time.monotonic() - t0) + line)
+                log.flush()
 
     def _notify_loop(self, s):
         while True:
@@ -214,6 +227,8 @@ class Daemon:
             rc = self.proc.returncode
             self.returncodes.append(rc)
             self.proc = None
+            if self._log_thread is not None:
+                self._log_thread.join(2)
         if self._nsock is not None:
             self._nsock.close()
             self._nthread.join(1)
@@ -243,6 +258,7 @@ class Node:
         self.extra_env = extra_env or {}
         self.root = is_root()
         self.tmp = None
+        self.t0 = time.monotonic()
         self.daemons = {}
         self.bus = None
         self.testbed = None
@@ -326,7 +342,7 @@ class Node:
             self.wait_bus_name(BROKER_BUS, timeout, self.daemons['broker'])
         if self.want_kubelet:
             self.kubelet = kubelet_sim.KubeletSim(self.plugin_dir, self.pod_resources_socket,
-                                                  verbose=self.verbose).start()
+                                                  verbose=self.verbose, t0=self.t0).start()
         if self.want_grpcd:
             self.start_grpcd()
             if self.want_kubelet:
@@ -518,8 +534,9 @@ class Node:
         return st
 
     # --- stop --------------------------------------------------------------------------
-    def stop(self):
-        """Stops everything; returns {daemon: exit code on SIGTERM}."""
+    def stop(self, dump_on_unclean=False):
+        """Stops everything; returns {daemon: exit code on SIGTERM} (ASan/LSan findings
+        at exit show up as non-zero codes; dump_on_unclean prints the logs then)."""
         if self._stopped:
             return {}
         self._stopped = True
@@ -545,6 +562,9 @@ class Node:
             for f in (self.testbed.stdin, self.testbed.stdout):
                 with contextlib.suppress(OSError):
                     f.close()
+            # the tool removes its directory on quit; make sure of it if it was killed
+            if self.umockdev_dir and os.path.basename(self.umockdev_dir).startswith('umockdev.'):
+                shutil.rmtree(self.umockdev_dir, ignore_errors=True)
         if self.bus is not None:
             if self.bus.poll() is None:
                 self.bus.terminate()
@@ -554,6 +574,10 @@ class Node:
                     self.bus.kill()
                     self.bus.wait()
             self.bus.stdout.close()
+        if any(rc not in (0, None) for rc in rcs.values()):
+            self.log('unclean daemon exit on SIGTERM: %r' % rcs)
+            if dump_on_unclean:
+                self.dump_logs()
         if self._logfile:
             self._logfile.close()
             self._logfile = None
@@ -620,7 +644,11 @@ def run_test(fn, need_root=False, **node_args):
             node.stop()
         print('FAIL %s' % name)
         sys.exit(1)
-    rcs = node.stop()
+    rcs = node.stop(dump_on_unclean=True)
+    bad = {k: v for k, v in rcs.items() if v not in (0, None)}
+    if bad:
+        print('FAIL %s: daemons did not exit cleanly on SIGTERM: %r' % (name, bad))
+        sys.exit(1)
     print('PASS %s (daemon exit codes on SIGTERM: %s)' % (name, rcs))
     sys.exit(0)
 

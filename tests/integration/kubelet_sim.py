@@ -271,8 +271,9 @@ class PluginClient:
 
 
 class KubeletSim:
-    def __init__(self, plugin_dir, pod_resources_socket=None, protos=None, verbose=False):
+    def __init__(self, plugin_dir, pod_resources_socket=None, protos=None, verbose=False, t0=None):
         self.p = protos or load_protos()
+        self.t0 = time.monotonic() if t0 is None else t0  # origin of logged times
         self.dir = plugin_dir
         self.kubelet_socket = os.path.join(plugin_dir, 'kubelet.sock')
         self.pod_resources_socket = pod_resources_socket
@@ -291,7 +292,7 @@ class KubeletSim:
 
     def log(self, msg):
         if self.verbose:
-            print('kubelet-sim: %s' % msg, flush=True)
+            print('[%.6f] kubelet-sim: %s' % (time.monotonic() - self.t0, msg), flush=True)
 
     # --- servers -------------------------------------------------------------------
     def start(self):

@@ -42,7 +42,7 @@ def run(node):
         n[r.resource_name] = n.get(r.resource_name, 0) + 1
     check(all(v == 1 for v in n.values()), 'duplicate registrations at start: %r' % n)
 
-    rcs = node.stop()
+    rcs = node.stop(dump_on_unclean=True)
     check(rcs == {'grpc': 0, 'broker': 0, 'probe': 0}, 'exit codes on SIGTERM: %r' % rcs)
 
 
