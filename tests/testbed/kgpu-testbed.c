@@ -10,7 +10,7 @@
  *                         their sysfs entries (the GPU's PCI device stays)
  *   add <pci-address>     re-create the DRM devices and send "add" uevents
  *   change <pci-address>  send "change" uevents for the DRM devices
- *   quit                  (or EOF) remove the testbed directory and exit 0
+ *   quit                  (or EOF, SIGTERM, SIGINT) remove the testbed directory, exit 0
  * Processes started with LD_PRELOAD=libumockdev-preload.so.0 and UMOCKDEV_DIR=<dir> see
  * the testbed; uevents reach their udev monitors through the event sockets umockdev
  * keeps in <dir>.
@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -221,7 +222,7 @@ static int load_layout(Testbed *t, const char *layout) {
  * the tool runs itself under libumockdev-preload, like umockdev-wrapper would. */
 static int reexec_under_preload(char *argv[]) {
         const char *old = getenv("LD_PRELOAD");
-        g_autofree char *value = NULL;
+        g_autofree char *value = NULL, *asan = NULL;
 
         /* umockdev_in_mock_environment() only says yes once UMOCKDEV_DIR is set. */
         if (old && strstr(old, "libumockdev-preload"))
@@ -229,10 +230,33 @@ static int reexec_under_preload(char *argv[]) {
         if (getenv("KGPU_TESTBED_REEXECED"))
                 return -ELOOP;
         value = isempty_str(old) ? g_strdup(PRELOAD) : g_strconcat(PRELOAD, " ", old, NULL);
-        if (setenv("LD_PRELOAD", value, 1) < 0 || setenv("KGPU_TESTBED_REEXECED", "1", 1) < 0)
+        /* ASan builds insist on coming first in the library list; let them accept the
+         * preload (ignored by non-ASan builds). */
+        asan = isempty_str(getenv("ASAN_OPTIONS")) ? g_strdup("verify_asan_link_order=0")
+                                                   : g_strconcat(getenv("ASAN_OPTIONS"), ":verify_asan_link_order=0", NULL);
+        if (setenv("LD_PRELOAD", value, 1) < 0 || setenv("KGPU_TESTBED_REEXECED", "1", 1) < 0 ||
+            setenv("ASAN_OPTIONS", asan, 1) < 0)
                 return -errno;
         execv("/proc/self/exe", argv);
         return -errno;
+}
+
+static volatile sig_atomic_t terminate = 0;
+
+static void on_terminate(int sig) {
+        terminate = 1;
+}
+
+/* SIGTERM/SIGINT/SIGHUP interrupt the blocking read (no SA_RESTART), so the testbed
+ * directory is still removed when a test runner kills the tool. */
+static int install_signal_handlers(void) {
+        struct sigaction sa = { .sa_handler = on_terminate };
+
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(SIGTERM, &sa, NULL) < 0 || sigaction(SIGINT, &sa, NULL) < 0 ||
+            sigaction(SIGHUP, &sa, NULL) < 0)
+                return -errno;
+        return 0;
 }
 
 static void help(void) {
@@ -277,6 +301,12 @@ int main(int argc, char *argv[]) {
                 return EXIT_FAILURE;
         }
 
+        r = install_signal_handlers();
+        if (r < 0) {
+                fprintf(stderr, "kgpu-testbed: cannot install signal handlers: %s\n", strerror(-r));
+                return EXIT_FAILURE;
+        }
+
         t.tb = umockdev_testbed_new();
         if (!t.tb) {
                 fprintf(stderr, "kgpu-testbed: cannot create testbed\n");
@@ -289,7 +319,7 @@ int main(int argc, char *argv[]) {
         printf("UMOCKDEV_DIR=%s\nready\n", root);
         fflush(stdout);
 
-        while (fgets(line, sizeof(line), stdin)) {
+        while (!terminate && fgets(line, sizeof(line), stdin)) {
                 char *arg;
 
                 if (!strchr(line, '\n') && !feof(stdin)) {
