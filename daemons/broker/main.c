@@ -122,6 +122,11 @@ int main(int argc, char *argv[]) {
 
         if (geteuid() == 0) {
                 r = manager_drop_privileges(config->broker_user);
+                if (r == -ESRCH) {
+                        log_error("User '%s' (broker.user) does not exist, refusing to run as root.",
+                                  config->broker_user);
+                        return EXIT_FAILURE;
+                }
                 if (r < 0) {
                         log_error_errno(r, "Failed to drop privileges to user '%s', refusing to run as root: %m",
                                         config->broker_user);

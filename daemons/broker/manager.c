@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -159,11 +160,16 @@ static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void
 static void manager_open_store(Manager *m) {
         _cleanup_free_ char *error = NULL;
         const char *dir = m->config->state_directory;
+        struct stat st;
         int r;
 
         r = mkdir_p(dir, 0700);
         if (r < 0)
                 log_warning_errno(r, "Failed to create state directory %s, trying to use it anyway: %m", dir);
+        else if (stat(dir, &st) >= 0 && (st.st_mode & 0022) != 0)
+                /* Anyone who can write there can swap the database under us. */
+                log_warning("State directory %s is writable by group or others (mode %04o), "
+                            "the allocation records are not protected.", dir, (unsigned) (st.st_mode & 07777));
 
         r = store_open(dir, m->boot_id, &m->store, &error);
         if (r < 0) {

@@ -196,11 +196,11 @@ static bool probe_message_from_owner(Manager *m, sd_bus_message *msg) {
 
 static void probe_log_change(const GpuInfo *old, const GpuInfo *new, const char *resource) {
         if (!old) {
-                log_struct(LOG_INFO, KGPU_MESSAGE_GPU_ADDED, "GPU %s (%s, %s) %s%s%s, %s.",
+                log_struct(LOG_INFO, KGPU_MESSAGE_GPU_ADDED, "GPU %s (%s, %s) %s%s, %s.",
                            new->id, isempty(new->vendor) ? "unknown vendor" : new->vendor,
                            isempty(new->driver) ? "no driver" : new->driver,
                            resource ? "serves " : "is not served",
-                           resource ?: "", "",
+                           resource ?: "",
                            new->healthy ? "healthy" : "unhealthy");
                 return;
         }

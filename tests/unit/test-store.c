@@ -148,7 +148,13 @@ START_TEST(test_store_create) {
         ck_assert_uint_eq(seen.n, 0);
         /* WAL mode: the -wal file exists while open, and has our mode. */
         ck_assert(file_exists("-wal"));
-        ck_assert_int_eq(stat(db_path, &st), 0);
+        {
+                char wal[300];
+
+                snprintf(wal, sizeof(wal), "%s-wal", db_path);
+                ck_assert_int_eq(stat(wal, &st), 0);
+                ck_assert_int_eq(st.st_mode & 07777, 0600);
+        }
         s = store_free(s);
 
         ck_assert_int_eq(raw_int("PRAGMA user_version"), STORE_SCHEMA_VERSION);
