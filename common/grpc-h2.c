@@ -11,6 +11,17 @@
  * (closed handlers run synchronously only inside grpc_server_free(), so callers can
  * drop what they hold before the server is gone). Errors: negative errno; protocol
  * problems of a peer are answered on the wire and never returned to callers.
+ *
+ * Details callers may rely on:
+ *  - A handler runs once the request stream has ended (END_STREAM), for both kinds.
+ *    It must answer (reply/finish) or keep a reference and answer later; a call it
+ *    drops unanswered stays open until the peer gives up.
+ *  - grpc_call_set_closed_handler(c, NULL, NULL) disarms a pending closed handler.
+ *  - A finished call never gets its closed handler.
+ *  - Client: timeout_usec 0 means no deadline (and no grpc-timeout header); answers
+ *    up to 16 MiB are accepted (the kubelet's PodResources limit).
+ *  - While a peer does not take our output, its connection is not read either, so a
+ *    flooding peer cannot make us queue without bound.
  */
 
 #include <errno.h>
