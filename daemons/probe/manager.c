@@ -24,6 +24,7 @@
 
 /* udev events handled per wakeup, so a flood cannot starve the bus. */
 #define MANAGER_EVENTS_PER_WAKEUP 64
+#define MANAGER_UDEV_RCVBUF (4 * 1024 * 1024)
 
 static inline void udev_device_unrefp(struct udev_device **d) {
         if (*d)
@@ -221,9 +222,19 @@ static int on_udev_event(sd_event_source *s, int fd, uint32_t revents, void *use
                 _cleanup_(udev_device_unrefp) struct udev_device *d = NULL;
                 int r;
 
+                errno = 0;
                 d = udev_monitor_receive_device(m->monitor);
-                if (!d)
+                if (!d) {
+                        if (errno == ENOBUFS) {
+                                /* The socket overflowed and events were lost: what we
+                                 * hold may be stale, so read everything again. */
+                                log_warning("udev event queue overflowed, rescanning.");
+                                r = manager_rescan(m);
+                                if (r < 0)
+                                        log_warning_errno(r, "Rescan failed, ignoring: %m");
+                        }
                         break;
+                }
                 r = manager_handle_device(m, d);
                 if (r < 0)
                         log_warning_errno(r, "Failed to handle %s event for %s, ignoring: %m",
@@ -276,6 +287,10 @@ static int manager_start_udev(Manager *m) {
         m->monitor = udev_monitor_new_from_netlink(m->udev, "udev");
         if (!m->monitor)
                 return log_error_errno(-EIO, "Failed to create udev monitor.");
+        /* Room for bursts (needs CAP_NET_ADMIN beyond rmem_max; best effort). */
+        r = udev_monitor_set_receive_buffer_size(m->monitor, MANAGER_UDEV_RCVBUF);
+        if (r < 0)
+                log_debug_errno(r, "Failed to enlarge udev monitor buffer, ignoring: %m");
         r = udev_monitor_filter_add_match_subsystem_devtype(m->monitor, "drm", NULL);
         if (r < 0)
                 return log_error_errno(r, "Failed to set udev monitor filter: %m");
