@@ -14,7 +14,9 @@
 #                                             Methods of /test.Echo: Echo (echoes),
 #                                             Fail (INVALID_ARGUMENT, details = request
 #                                             as UTF-8), Slow (answers after 5 s), Big
-#                                             (answers 1 MiB of 'x')
+#                                             (answers 1 MiB of 'x'), Deadline (answers
+#                                             the milliseconds left of the caller's
+#                                             grpc-timeout as text, or "none")
 import sys
 import time
 from concurrent import futures
@@ -76,11 +78,17 @@ def server(sock):
     def big(req, ctx):
         return b"x" * (1 << 20)
 
+    def deadline(req, ctx):
+        # Milliseconds left of the caller's deadline (grpc-timeout), or "none".
+        left = ctx.time_remaining()
+        return b"none" if left is None else str(int(left * 1000)).encode()
+
     handlers = {
         "Echo": grpc.unary_unary_rpc_method_handler(echo),
         "Fail": grpc.unary_unary_rpc_method_handler(fail),
         "Slow": grpc.unary_unary_rpc_method_handler(slow),
         "Big": grpc.unary_unary_rpc_method_handler(big),
+        "Deadline": grpc.unary_unary_rpc_method_handler(deadline),
     }
     srv = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     srv.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Echo", handlers),))

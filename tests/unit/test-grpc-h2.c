@@ -1013,6 +1013,7 @@ typedef struct Reply {
         char message[256];
         size_t len;
         uint8_t first;
+        char text[32];          /* short answers, as text */
 } Reply;
 
 static void on_reply(GrpcStatus status, const char *message, const uint8_t *msg, size_t len, void *userdata) {
@@ -1026,6 +1027,8 @@ static void on_reply(GrpcStatus status, const char *message, const uint8_t *msg,
         if (status == GRPC_STATUS_OK) {
                 ck_assert_ptr_nonnull(msg);
                 r->first = len > 0 ? msg[0] : 0;
+                if (len < sizeof r->text)
+                        memcpy(r->text, msg, len);
         }
 }
 
@@ -1101,8 +1104,19 @@ END_TEST
 
 START_TEST(test_client_deadline) {
         Reply r;
-        uint64_t t0 = now_mono();
+        uint64_t t0;
+        int left;
 
+        /* The deadline travels as grpc-timeout; the server sees it. */
+        r = client_call("/test.Echo/Deadline", "x", 3000000);
+        ck_assert_int_eq(r.status, GRPC_STATUS_OK);
+        left = atoi(r.text);
+        ck_assert_msg(left > 1000 && left <= 3000, "server saw %s ms left", r.text);
+        /* No deadline: grpcio reports None or a practically infinite time. */
+        r = client_call("/test.Echo/Deadline", "x", 0);
+        ck_assert_msg(streq(r.text, "none") || strlen(r.text) > 9, "server saw %s ms left", r.text);
+
+        t0 = now_mono();
         r = client_call("/test.Echo/Slow", "x", 300000);
         ck_assert_int_eq(r.status, GRPC_STATUS_DEADLINE_EXCEEDED);
         ck_assert_uint_ge(now_mono() - t0, 290000);
