@@ -3,7 +3,7 @@
  * main.c — kgpu-probed: command line, configuration and the event loop.
  *
  * Exit status 0 on SIGTERM/SIGINT or after --help/--version/--introspect, 1 on any
- * startup failure (already logged).
+ * startup failure or when the bus connection is lost (already logged).
  */
 
 #include <errno.h>
@@ -155,6 +155,8 @@ static int run(int argc, char *argv[]) {
         (void) sd_notify(false, "STOPPING=1");
         if (r < 0)
                 return log_error_errno(r, "Event loop failed: %m");
+        if (r > 0)      /* sd-bus exit-on-disconnect */
+                return log_error_errno(-ECONNRESET, "Disconnected from the bus, exiting.");
         return 0;
 }
 

@@ -318,6 +318,10 @@ static int manager_connect_bus(Manager *m) {
         r = sd_bus_attach_event(m->bus, m->event, SD_EVENT_PRIORITY_NORMAL);
         if (r < 0)
                 return log_error_errno(r, "Failed to attach bus to event loop: %m");
+        /* Without the bus nobody can see us: exit and let the service manager restart us. */
+        r = sd_bus_set_exit_on_disconnect(m->bus, true);
+        if (r < 0)
+                return log_error_errno(r, "Failed to set exit-on-disconnect: %m");
         r = sd_bus_request_name(m->bus, KGPU_PROBE_BUS_NAME, 0);
         if (r < 0)
                 return log_error_errno(r, "Failed to acquire bus name %s: %m", KGPU_PROBE_BUS_NAME);

@@ -9,7 +9,8 @@
  * "two-gpus" layout with every property, READY=1/STATUS from sd_notify, remove ->
  * PropertiesChanged(Health=Unhealthy, HealthReason=removed) within 100 ms, add ->
  * Healthy again, Rescan allowed for root and refused with io.kgpu.Error.AccessDenied for
- * another uid, the "garbage" layout giving safe values, SIGTERM -> exit 0.
+ * another uid, the "garbage" layout giving safe values, SIGTERM -> exit 0, bus gone ->
+ * exit 1.
  * KGPU_TEST_KEEP_TMP=1 keeps the temp directory.
  */
 
@@ -53,6 +54,7 @@ static Node *current;   /* for fail(): stop everything and show the logs */
 
 static void node_stop(Node *n, bool show_logs);
 static void drain_notify(Node *n);
+static void stop_pid(pid_t *pid, uint64_t grace_usec);
 
 static _printf_(1, 2) _Noreturn void fail(const char *fmt, ...) {
         va_list ap;
@@ -683,7 +685,22 @@ static void test_garbage(void) {
         get_basic(&n, p5, "Tiles", 'u', &u);
         check(u == 3);
 
-        check(kill(n.probe_pid, 0) == 0);
+        /* The bus goes away: the probe exits with a failure (systemd restarts it). */
+        {
+                uint64_t end = now_mono() + 5000000;
+                int status;
+
+                check(kill(n.probe_pid, 0) == 0);
+                stop_pid(&n.bus_pid, 0);
+                while (waitpid(n.probe_pid, &status, WNOHANG) == 0) {
+                        if (now_mono() > end)
+                                fail("probe still running 5 s after the bus went away");
+                        usleep(10000);
+                }
+                n.probe_pid = 0;
+                if (!WIFEXITED(status) || WEXITSTATUS(status) != 1)
+                        fail("probe exit status %d after losing the bus, expected 1", status);
+        }
         node_stop(&n, false);
 }
 
