@@ -166,6 +166,36 @@ START_TEST(test_gpu_object) {
 }
 END_TEST
 
+/* Random short strings from a skewed alphabet: the parsers either accept a value in
+ * range or reject it without touching ret; nothing crashes (ASan/UBSan runs this too). */
+START_TEST(test_parsers_random) {
+        static const char alphabet[] = "0123456789abcdefxX-+ \n\t\xff";
+        unsigned seed = 12345;
+
+        for (unsigned i = 0; i < 200000; i++) {
+                char buf[80];
+                size_t len = (size_t) (rand_r(&seed) % (sizeof(buf) - 1));
+                uint16_t id = 1;
+                int32_t numa = 2;
+                uint64_t mem = 3;
+                int r;
+
+                for (size_t k = 0; k < len; k++)
+                        buf[k] = alphabet[rand_r(&seed) % (sizeof(alphabet) - 1)];
+                buf[len] = 0;
+
+                r = gpu_parse_pci_id(buf, &id);
+                ck_assert(r == 0 || (r == -EINVAL && id == 1));
+                r = gpu_parse_numa_node(buf, &numa);
+                ck_assert(r == 0 ? (numa >= -1 && numa <= 4095) : numa == 2);
+                r = gpu_parse_memory_bytes(buf, &mem);
+                ck_assert(r == 0 ? mem <= GPU_MEMORY_PER_TILE_MAX : mem == 3);
+                (void) gpu_pci_address_is_valid(buf);
+                (void) gpu_node_kind_from_sysname(buf);
+        }
+}
+END_TEST
+
 static Suite *suite(void) {
         Suite *s = suite_create("probe-gpu");
         TCase *tc = tcase_create("core");
@@ -176,6 +206,7 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_pci_address);
         tcase_add_test(tc, test_node_kind);
         tcase_add_test(tc, test_gpu_object);
+        tcase_add_test(tc, test_parsers_random);
         suite_add_tcase(s, tc);
         return s;
 }

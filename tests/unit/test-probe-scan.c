@@ -137,6 +137,31 @@ START_TEST(test_lmem_times_tiles) {
 }
 END_TEST
 
+START_TEST(test_hostile_attributes) {
+        g_autoptr(UMockdevTestbed) tb = testbed_load("two-gpus");
+        _cleanup_(udev_unrefp) struct udev *udev = udev_new();
+        _cleanup_(gpus_freep) Gpu **gpus = NULL;
+        const char *pci3 = "/sys/devices/pci0000:00/0000:03:00.0";
+        const char *pci4 = "/sys/devices/pci0000:00/0000:04:00.0";
+        guint8 nul_vendor[] = { '0', 'x', '8', '0', 0, '8', '6' };
+        g_autofree char *huge = g_malloc(100001);
+
+        /* A huge numa_node and lmem value, an embedded NUL in a vendor id. */
+        memset(huge, '7', 100000);
+        huge[100000] = 0;
+        umockdev_testbed_set_attribute(tb, pci3, "numa_node", huge);
+        umockdev_testbed_set_attribute(tb, "/sys/devices/pci0000:00/0000:03:00.0/drm/card0",
+                                       "lmem_total_bytes", huge);
+        umockdev_testbed_set_attribute_binary(tb, pci4, "vendor", nul_vendor, sizeof(nul_vendor));
+
+        ck_assert_int_eq(udev_scan_enumerate(udev, &gpus), 1);
+        ck_assert_str_eq(gpus[0]->id, "0000:03:00.0");
+        ck_assert_int_eq(gpus[0]->numa_node, -1);
+        ck_assert_uint_eq(gpus[0]->memory_bytes, 0);
+        ck_assert_uint_eq(gpus[0]->device_id, 0x56a0);
+}
+END_TEST
+
 START_TEST(test_count_tiles_dir) {
         char dir[] = "/tmp/kgpu-test-tiles-XXXXXX";
         static const char * const dirs[] = {
@@ -231,6 +256,7 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_enumerate_two_gpus);
         tcase_add_test(tc, test_enumerate_garbage);
         tcase_add_test(tc, test_lmem_times_tiles);
+        tcase_add_test(tc, test_hostile_attributes);
         tcase_add_test(tc, test_count_tiles_dir);
         tcase_add_test(tc, test_manager_table);
         tcase_add_test(tc, test_manager_upsert);
