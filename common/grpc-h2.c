@@ -523,16 +523,23 @@ static void call_pending_unlink(GrpcCall *c) {
         c->pending_server = NULL;
 }
 
-static int call_closed_dispatch(sd_event_source *s, void *userdata) {
-        _cleanup_(grpc_call_unrefp) GrpcCall *c = grpc_call_ref(userdata);
+/* Runs a closed handler that was deferred, dropping the pending list's reference. */
+static void call_closed_deliver(GrpcCall *c) {
+        _cleanup_(grpc_call_unrefp) GrpcCall *ref = grpc_call_ref(c);
 
-        call_pending_unlink(c);
-        /* The source's own reference goes with the source (destroy callback). */
         c->closed_source = sd_event_source_disable_unref(c->closed_source);
+        if (c->pending_server) {
+                call_pending_unlink(c);
+                grpc_call_unref(c);
+        }
         if (c->closed_cb && !c->closed_notified) {
                 c->closed_notified = true;
                 c->closed_cb(c, c->closed_userdata);
         }
+}
+
+static int call_closed_dispatch(sd_event_source *s, void *userdata) {
+        call_closed_deliver(userdata);
         return 0;
 }
 
@@ -573,25 +580,18 @@ static void call_detach(GrpcCall *c, bool sync_notify) {
                                 c->closed_notified = true;
                                 c->closed_cb(c, c->closed_userdata);
                         }
-                } else if (!c->closed_source && c->closed_cb) {
-                        sd_event_source *s = NULL;
-
-                        if (sd_event_add_defer(conn->server->event, &s, call_closed_dispatch, c) >= 0) {
-                                (void) sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
-                                (void) sd_event_source_set_destroy_callback(s, call_destroy_userdata);
-                                c->closed_source = s;
-                                grpc_call_ref(c);
-                                /* grpc_server_free() delivers it if the loop does not. */
-                                c->pending_server = conn->server;
-                                c->pending_next = conn->server->pending_closed;
-                                if (c->pending_next)
-                                        c->pending_next->pending_prev = c;
-                                conn->server->pending_closed = c;
-                        } else {
-                                /* Could not defer (OOM): tell now rather than never. */
-                                c->closed_notified = true;
-                                c->closed_cb(c, c->closed_userdata);
-                        }
+                } else if (!c->pending_server && c->closed_cb) {
+                        /* The pending list holds a reference; grpc_server_free()
+                         * delivers what the loop did not (also when the defer source
+                         * could not be allocated: never call out from here). */
+                        grpc_call_ref(c);
+                        c->pending_server = conn->server;
+                        c->pending_next = conn->server->pending_closed;
+                        if (c->pending_next)
+                                c->pending_next->pending_prev = c;
+                        conn->server->pending_closed = c;
+                        if (sd_event_add_defer(conn->server->event, &c->closed_source, call_closed_dispatch, c) >= 0)
+                                (void) sd_event_source_set_enabled(c->closed_source, SD_EVENT_ONESHOT);
                 }
         }
         grpc_call_unref(c);
@@ -1295,16 +1295,8 @@ _public_ GrpcServer *grpc_server_free(GrpcServer *s) {
                 connection_free(s->connections);
         /* Closed handlers still waiting for their defer source run now, so no handler
          * runs after the server (and what its users freed with it) is gone. */
-        while (s->pending_closed) {
-                _cleanup_(grpc_call_unrefp) GrpcCall *c = grpc_call_ref(s->pending_closed);
-
-                call_pending_unlink(c);
-                c->closed_source = sd_event_source_disable_unref(c->closed_source);
-                if (c->closed_cb && !c->closed_notified) {
-                        c->closed_notified = true;
-                        c->closed_cb(c, c->closed_userdata);
-                }
-        }
+        while (s->pending_closed)
+                call_closed_deliver(s->pending_closed);
         for (size_t i = 0; i < s->n_methods; i++)
                 free(s->methods[i].path);
         free(s->methods);
