@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -125,7 +126,7 @@ static char *replace(const char *s, const char *what, const char *with) {
 
 static void write_bus_config(Node *n) {
         _cleanup_free_ char *in = NULL, *a = NULL, *b = NULL, *c = NULL, *path = NULL,
-                *conf = NULL, *policy = NULL, *sock = NULL;
+                *conf = NULL, *policy = NULL, *sock = NULL, *self = NULL, *extra = NULL;
         const char *src = getenv("KGPU_SOURCE_ROOT");
         FILE *f;
 
@@ -139,10 +140,20 @@ static void write_bus_config(Node *n) {
         b = replace(a, "@POLICY_DIR@", policy);
         /* Let uids 1 and 65534 connect and reach the probe through the bus policy, so the
          * daemon's own uid check is what decides about Rescan. */
-        c = replace(b, "@EXTRA_POLICY@",
-                    "<policy context=\"default\"><allow user=\"*\"/></policy>\n"
-                    "<policy user=\"nobody\"><allow send_destination=\"io.kgpu.Probe1\"/></policy>\n"
-                    "<policy user=\"daemon\"><allow send_destination=\"io.kgpu.Probe1\"/></policy>");
+        /* Not root: the probe runs as the caller, who then needs root's rights on the name. */
+        if (getuid() != 0) {
+                struct passwd *pw = getpwuid(getuid());
+
+                check(pw);
+                check(asprintf(&self, "<policy user=\"%s\"><allow own=\"io.kgpu.Probe1\"/>"
+                               "<allow send_destination=\"io.kgpu.Probe1\"/></policy>\n", pw->pw_name) > 0);
+        }
+        check(asprintf(&extra,
+                       "<policy context=\"default\"><allow user=\"*\"/></policy>\n"
+                       "<policy user=\"nobody\"><allow send_destination=\"io.kgpu.Probe1\"/></policy>\n"
+                       "<policy user=\"daemon\"><allow send_destination=\"io.kgpu.Probe1\"/></policy>\n%s",
+                       self ?: "") > 0);
+        c = replace(b, "@EXTRA_POLICY@", extra);
         check(a && b && c);
         check(asprintf(&conf, "%s/bus.conf", n->tmp) > 0);
         f = fopen(conf, "we");
@@ -265,7 +276,8 @@ static void wait_notify(Node *n, const char *want, uint64_t timeout_usec) {
 }
 
 static void node_start_probe(Node *n) {
-        _cleanup_free_ char *log = NULL, *notify = NULL, *e_dir = NULL, *e_bus = NULL, *e_notify = NULL;
+        _cleanup_free_ char *log = NULL, *notify = NULL, *e_dir = NULL, *e_bus = NULL, *e_notify = NULL,
+                *e_broker = NULL;
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
 
         check(asprintf(&notify, "%s/notify", n->tmp) > 0);
@@ -279,8 +291,18 @@ static void node_start_probe(Node *n) {
         check(asprintf(&e_dir, "UMOCKDEV_DIR=%s", n->umockdev_dir) > 0);
         check(asprintf(&e_bus, "DBUS_SYSTEM_BUS_ADDRESS=%s", n->bus_address) > 0);
         check(asprintf(&e_notify, "NOTIFY_SOCKET=%s", notify) > 0);
+        /* The broker user may Rescan: "daemon" (uid 1) as root, else the caller itself. */
+        if (getuid() == 0)
+                e_broker = strdup("KGPU_BROKER_USER=daemon");
+        else {
+                struct passwd *pw = getpwuid(getuid());
+
+                check(pw);
+                check(asprintf(&e_broker, "KGPU_BROKER_USER=%s", pw->pw_name) > 0);
+        }
+        check(e_broker);
         char *env[] = { (char *) "LD_PRELOAD=libumockdev-preload.so.0", e_dir, e_bus, e_notify,
-                        (char *) "KGPU_LOG_LEVEL=debug", (char *) "KGPU_BROKER_USER=daemon",
+                        (char *) "KGPU_LOG_LEVEL=debug", e_broker,
                         (char *) "ASAN_OPTIONS=verify_asan_link_order=0", NULL };
         n->probe_pid = spawn((char *[]) { (char *) arg_probed, NULL }, env, -1, -1, log);
         wait_notify(n, "READY=1", 10000000);
@@ -635,8 +657,9 @@ static void test_two_gpus(void) {
         testbed_cmd(&n, "frobnicate 0000:03:00.0", "error:");
 
         /* Rescan: root and the broker user ("daemon" here) yes, others no; the bus
-         * policy lets both through on purpose, so the probe's own check decides. */
-        call_rescan_as(&n, 0, NULL);
+         * policy lets both through on purpose, so the probe's own check decides. Not
+         * root: the caller is the broker user and only that is checked. */
+        call_rescan_as(&n, getuid(), NULL);
         if (getuid() == 0) {
                 call_rescan_as(&n, 1, NULL);
                 call_rescan_as(&n, 65534, KGPU_ERROR_ACCESS_DENIED);
