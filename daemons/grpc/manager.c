@@ -30,8 +30,12 @@
 #include "daemons/grpc/plugin.h"
 #include "daemons/grpc/registration.h"
 
+/* The kubelet binds its socket before it listens: inotify shows the file, connect()
+ * tells when it accepts. Retry quickly for a while, then slowly (a stale socket file). */
 #define KUBELET_PROBE_DELAY_MIN_USEC (1 * 1000ULL)
-#define KUBELET_PROBE_DELAY_MAX_USEC (500 * 1000ULL)
+#define KUBELET_PROBE_DELAY_FAST_USEC (10 * 1000ULL)
+#define KUBELET_PROBE_FAST_PERIOD_USEC (10 * 1000 * 1000ULL)
+#define KUBELET_PROBE_DELAY_SLOW_USEC (1000 * 1000ULL)
 
 int manager_new(sd_event *event, Config *config, Manager **ret) {
         _cleanup_(manager_freep) Manager *m = NULL;
@@ -226,10 +230,14 @@ static void manager_kubelet_probe(Manager *m) {
         if (!manager_kubelet_socket_exists(m))
                 return; /* gone again; the watch tells us when it is back */
 
-        m->kubelet_probe_delay_usec = m->kubelet_probe_delay_usec == 0 ? KUBELET_PROBE_DELAY_MIN_USEC :
-                MIN(m->kubelet_probe_delay_usec * 2, KUBELET_PROBE_DELAY_MAX_USEC);
+        if (now_usec(CLOCK_MONOTONIC) - m->kubelet_appeared_usec > KUBELET_PROBE_FAST_PERIOD_USEC)
+                m->kubelet_probe_delay_usec = KUBELET_PROBE_DELAY_SLOW_USEC;
+        else
+                m->kubelet_probe_delay_usec = m->kubelet_probe_delay_usec == 0 ? KUBELET_PROBE_DELAY_MIN_USEC :
+                        MIN(m->kubelet_probe_delay_usec * 2, KUBELET_PROBE_DELAY_FAST_USEC);
         r = sd_event_add_time_relative(m->event, &m->kubelet_probe_source, CLOCK_MONOTONIC,
-                                       m->kubelet_probe_delay_usec, 0, on_kubelet_probe, m);
+                                       m->kubelet_probe_delay_usec, 1 /* usec, not the 250 ms default */,
+                                       on_kubelet_probe, m);
         if (r < 0)
                 log_error_errno(r, "Failed to schedule a kubelet socket check: %m");
 }

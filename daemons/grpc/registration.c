@@ -53,7 +53,8 @@ static int registration_schedule_retry(Plugin *p) {
         p->register_backoff_usec = registration_next_backoff(p->register_backoff_usec);
         p->register_timer = sd_event_source_disable_unref(p->register_timer);
         r = sd_event_add_time_relative(m->event, &p->register_timer, CLOCK_MONOTONIC,
-                                       p->register_backoff_usec, 0, on_register_timer, p);
+                                       p->register_backoff_usec, 1000 /* not the 250 ms default */,
+                                       on_register_timer, p);
         if (r < 0)
                 return log_error_errno(r, "%s: failed to schedule another registration attempt: %m",
                                        p->resource);
