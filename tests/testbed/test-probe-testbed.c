@@ -174,7 +174,7 @@ static void wait_for_file(const char *path, uint64_t timeout_usec) {
 }
 
 static void node_start_bus(Node *n) {
-        _cleanup_free_ char *conf = NULL, *cfg = NULL, *log = NULL, *sock = NULL;
+        _cleanup_free_ char *cfg = NULL, *log = NULL, *sock = NULL;
 
         write_bus_config(n);
         check(asprintf(&cfg, "--config-file=%s/bus.conf", n->tmp) > 0);

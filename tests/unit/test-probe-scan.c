@@ -53,7 +53,7 @@ static UMockdevTestbed *testbed_load(const char *layout) {
 }
 
 START_TEST(test_enumerate_two_gpus) {
-        g_autoptr(UMockdevTestbed) tb = testbed_load("two-gpus");
+        _unused_ g_autoptr(UMockdevTestbed) tb = testbed_load("two-gpus");
         _cleanup_(udev_unrefp) struct udev *udev = udev_new();
         _cleanup_(gpus_freep) Gpu **gpus = NULL;
         Gpu *g;
@@ -93,7 +93,7 @@ START_TEST(test_enumerate_two_gpus) {
 END_TEST
 
 START_TEST(test_enumerate_garbage) {
-        g_autoptr(UMockdevTestbed) tb = testbed_load("garbage");
+        _unused_ g_autoptr(UMockdevTestbed) tb = testbed_load("garbage");
         _cleanup_(udev_unrefp) struct udev *udev = udev_new();
         _cleanup_(gpus_freep) Gpu **gpus = NULL;
         Gpu *g;
