@@ -104,11 +104,15 @@ static int on_list_resources_reply(sd_bus_message *reply, void *userdata, sd_bus
                         log_warning_errno(r, "Failed to ask for the devices of %s, ignoring: %m", name);
         }
 
+        /* A restarted broker may list nothing until it has heard from the probe: close
+         * a resource only when it stays away (plugin_schedule_removal()). */
         for (size_t i = m->n_plugins; i > 0; i--) {
                 Plugin *p = m->plugins[i - 1];
 
-                if (!p->seen)
-                        manager_remove_plugin(m, p);
+                if (p->seen)
+                        plugin_cancel_removal(p);
+                else
+                        (void) plugin_schedule_removal(p);
         }
         manager_update_status(m);
         return 0;

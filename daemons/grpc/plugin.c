@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -66,6 +67,7 @@ Plugin *plugin_free(Plugin *p) {
                 return NULL;
 
         registration_cancel(p);
+        p->remove_timer = sd_event_source_disable_unref(p->remove_timer);
         p->get_devices_slot = sd_bus_slot_unref(p->get_devices_slot);
         plugin_unlink_socket(p);
         /* Open streams get their closed handler here, which drops our references. */
@@ -257,4 +259,37 @@ int plugin_set_options(Plugin *p, bool pre_start_required, bool get_preferred_al
         if (p->server && (p->registered || p->register_call || p->register_timer))
                 return registration_start(p);
         return 0;
+}
+
+static int on_remove_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        Plugin *p = userdata;
+
+        /* Frees p and this source; sd-event allows that from the callback. */
+        manager_remove_plugin(p->manager, p);
+        return 0;
+}
+
+int plugin_schedule_removal(Plugin *p) {
+        int r;
+
+        if (p->remove_timer)
+                return 0;
+        r = sd_event_add_time_relative(p->manager->event, &p->remove_timer, CLOCK_MONOTONIC,
+                                       PLUGIN_REMOVE_GRACE_USEC, 10 * 1000, on_remove_timer, p);
+        if (r < 0) {
+                log_warning_errno(r, "%s: failed to schedule removal, removing now: %m", p->resource);
+                manager_remove_plugin(p->manager, p);
+                return r;
+        }
+        (void) sd_event_source_set_description(p->remove_timer, "plugin-remove");
+        log_info("%s is no longer advertised by the broker; closing its socket in %llu s unless it comes back.",
+                 p->resource, PLUGIN_REMOVE_GRACE_USEC / 1000000ULL);
+        return 0;
+}
+
+void plugin_cancel_removal(Plugin *p) {
+        if (!p->remove_timer)
+                return;
+        p->remove_timer = sd_event_source_disable_unref(p->remove_timer);
+        log_info("%s is advertised again; keeping it.", p->resource);
 }

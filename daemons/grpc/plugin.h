@@ -58,7 +58,11 @@ typedef struct Plugin {
         unsigned register_failures;
         bool registered;
         bool seen;                      /* mark for ListResources sync */
+        sd_event_source *remove_timer;  /* not listed by the broker: closes when it fires */
 } Plugin;
+
+/* How long a resource the broker stopped listing keeps its socket and registration. */
+#define PLUGIN_REMOVE_GRACE_USEC (5 * 1000 * 1000ULL)
 
 int plugin_new(Manager *m, const char *resource, Plugin **ret);
 Plugin *plugin_free(Plugin *p);
@@ -73,3 +77,6 @@ int plugin_listen(Plugin *p);
 /* True if our socket file is still in place (same inode as bound). */
 bool plugin_socket_intact(Plugin *p);
 bool plugin_is_listening(Plugin *p);
+/* Removes the plugin (via the manager) after PLUGIN_REMOVE_GRACE_USEC unless cancelled. */
+int plugin_schedule_removal(Plugin *p);
+void plugin_cancel_removal(Plugin *p);
