@@ -323,7 +323,7 @@ static int on_inotify(sd_event_source *s, int fd, uint32_t revents, void *userda
         return 0;
 }
 
-static int manager_watch_start(Manager *m) {
+int manager_watch_start(Manager *m) {
         _cleanup_free_ char *kdir = NULL;
         char *slash;
         int r;

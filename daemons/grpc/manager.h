@@ -59,6 +59,8 @@ Manager *manager_free(Manager *m);
 DEFINE_CLEANUP_FUNC(Manager, manager_free);
 
 int manager_start(Manager *m);
+/* The directory watch alone (manager_start() calls it; tests use it without a bus). */
+int manager_watch_start(Manager *m);
 
 Plugin *manager_find_plugin(Manager *m, const char *resource);
 int manager_add_plugin(Manager *m, const char *resource, Plugin **ret);
