@@ -51,6 +51,7 @@ static void plugin_drop_stream(Plugin *p, GrpcCall *call) {
                         memmove(p->streams + i, p->streams + i + 1,
                                 (p->n_streams - i - 1) * sizeof(GrpcCall *));
                         p->n_streams--;
+                        grpc_call_set_closed_handler(call, NULL, NULL);
                         grpc_call_unref(call);
                         return;
                 }
