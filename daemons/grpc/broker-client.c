@@ -236,7 +236,6 @@ relist:
 }
 
 int broker_client_start(Manager *m) {
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *req = NULL;
         int r;
 
         r = sd_bus_add_match_async(m->bus, &m->name_owner_slot,
