@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/bus-names.h"
 #include "common/log.h"
@@ -42,7 +43,35 @@ static int broker_new_call(Manager *m, const char *member, sd_bus_message **ret)
         return 0;
 }
 
+/* A failed read (broker busy, timeout) is tried again after this; its absence is not
+ * a failure (NameOwnerChanged brings it back). */
+#define BROKER_RETRY_USEC (1000 * 1000ULL)
+
 static int broker_list_resources(Manager *m);
+
+static int on_list_resources_retry(sd_event_source *s, uint64_t usec, void *userdata) {
+        Manager *m = userdata;
+        int r;
+
+        m->list_resources_retry = sd_event_source_disable_unref(m->list_resources_retry);
+        if (!m->broker_present)
+                return 0;
+        r = broker_list_resources(m);
+        if (r < 0)
+                log_warning_errno(r, "Failed to call ListResources, ignoring: %m");
+        return 0;
+}
+
+static void broker_list_resources_retry(Manager *m) {
+        int r;
+
+        if (m->list_resources_retry || !m->broker_present)
+                return;
+        r = sd_event_add_time_relative(m->event, &m->list_resources_retry, CLOCK_MONOTONIC,
+                                       BROKER_RETRY_USEC, 10 * 1000, on_list_resources_retry, m);
+        if (r < 0)
+                log_warning_errno(r, "Failed to schedule another ListResources, ignoring: %m");
+}
 
 static int on_list_resources_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
         Manager *m = userdata;
@@ -58,8 +87,9 @@ static int on_list_resources_reply(sd_bus_message *reply, void *userdata, sd_bus
                 if (grpcd_status_from_bus_error(e->name) == GRPC_STATUS_UNAVAILABLE)
                         log_debug("ListResources failed: %s", e->message ?: e->name);
                 else
-                        log_warning("io.kgpu.Broker1.ListResources failed: %s, ignoring.",
+                        log_warning("io.kgpu.Broker1.ListResources failed: %s, trying again in 1 s.",
                                     e->message ?: e->name);
+                broker_list_resources_retry(m);
                 return 0;
         }
 
@@ -118,7 +148,8 @@ static int on_list_resources_reply(sd_bus_message *reply, void *userdata, sd_bus
         return 0;
 
 bad:
-        log_warning("io.kgpu.Broker1.ListResources sent a malformed reply, ignoring.");
+        log_warning("io.kgpu.Broker1.ListResources sent a malformed reply, trying again in 1 s.");
+        broker_list_resources_retry(m);
         return 0;
 }
 
@@ -128,6 +159,7 @@ static int broker_list_resources(Manager *m) {
 
         /* A newer answer supersedes any pending one. */
         m->list_resources_slot = sd_bus_slot_unref(m->list_resources_slot);
+        m->list_resources_retry = sd_event_source_disable_unref(m->list_resources_retry);
 
         r = broker_new_call(m, "ListResources", &req);
         if (r < 0)
@@ -152,6 +184,7 @@ static void broker_set_present(Manager *m, bool present) {
 
         m->broker_present = false;
         m->list_resources_slot = sd_bus_slot_unref(m->list_resources_slot);
+        m->list_resources_retry = sd_event_source_disable_unref(m->list_resources_retry);
         if (!m->broker_wait_logged) {
                 log_notice("Waiting for %s to appear on the bus; kubelet calls get UNAVAILABLE meanwhile.",
                            KGPU_BROKER_BUS_NAME);
@@ -267,8 +300,35 @@ void broker_client_stop(Manager *m) {
         m->resources_changed_slot = sd_bus_slot_unref(m->resources_changed_slot);
         m->get_name_owner_slot = sd_bus_slot_unref(m->get_name_owner_slot);
         m->list_resources_slot = sd_bus_slot_unref(m->list_resources_slot);
-        for (size_t i = 0; i < m->n_plugins; i++)
+        m->list_resources_retry = sd_event_source_disable_unref(m->list_resources_retry);
+        for (size_t i = 0; i < m->n_plugins; i++) {
                 m->plugins[i]->get_devices_slot = sd_bus_slot_unref(m->plugins[i]->get_devices_slot);
+                m->plugins[i]->get_devices_retry = sd_event_source_disable_unref(m->plugins[i]->get_devices_retry);
+        }
+}
+
+static int on_get_devices_retry(sd_event_source *s, uint64_t usec, void *userdata) {
+        Plugin *p = userdata;
+        int r;
+
+        p->get_devices_retry = sd_event_source_disable_unref(p->get_devices_retry);
+        if (!p->manager->broker_present)
+                return 0;
+        r = broker_client_get_devices(p);
+        if (r < 0)
+                log_warning_errno(r, "Failed to ask for the devices of %s, ignoring: %m", p->resource);
+        return 0;
+}
+
+static void broker_get_devices_retry(Plugin *p) {
+        int r;
+
+        if (p->get_devices_retry || !p->manager->broker_present)
+                return;
+        r = sd_event_add_time_relative(p->manager->event, &p->get_devices_retry, CLOCK_MONOTONIC,
+                                       BROKER_RETRY_USEC, 10 * 1000, on_get_devices_retry, p);
+        if (r < 0)
+                log_warning_errno(r, "Failed to schedule another GetDevices, ignoring: %m");
 }
 
 static int on_get_devices_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
@@ -288,18 +348,23 @@ static int on_get_devices_reply(sd_bus_message *reply, void *userdata, sd_bus_er
                         r = broker_list_resources(m);
                         if (r < 0)
                                 log_warning_errno(r, "Failed to call ListResources, ignoring: %m");
-                } else if (grpcd_status_from_bus_error(e->name) == GRPC_STATUS_UNAVAILABLE)
-                        log_debug("GetDevices(%s) failed: %s", p->resource, e->message ?: e->name);
-                else
-                        log_warning("io.kgpu.Broker1.GetDevices(%s) failed: %s, ignoring.",
-                                    p->resource, e->message ?: e->name);
+                } else {
+                        if (grpcd_status_from_bus_error(e->name) == GRPC_STATUS_UNAVAILABLE)
+                                log_debug("GetDevices(%s) failed: %s", p->resource, e->message ?: e->name);
+                        else
+                                log_warning("io.kgpu.Broker1.GetDevices(%s) failed: %s, trying again in 1 s.",
+                                            p->resource, e->message ?: e->name);
+                        /* Only while the broker is on the bus; otherwise its return asks anew. */
+                        broker_get_devices_retry(p);
+                }
                 goto again;
         }
 
         r = grpcd_devices_from_bus(reply, &devices, &n);
         if (r < 0) {
-                log_warning_errno(r, "io.kgpu.Broker1.GetDevices(%s) sent an invalid device list, ignoring: %m",
+                log_warning_errno(r, "io.kgpu.Broker1.GetDevices(%s) sent an invalid device list, trying again in 1 s: %m",
                                   p->resource);
+                broker_get_devices_retry(p);
                 goto again;
         }
         r = plugin_set_devices(p, devices, n);
@@ -326,6 +391,7 @@ int broker_client_get_devices(Plugin *p) {
                 p->get_devices_again = true;
                 return 0;
         }
+        p->get_devices_retry = sd_event_source_disable_unref(p->get_devices_retry);
 
         r = broker_new_call(m, "GetDevices", &req);
         if (r < 0)

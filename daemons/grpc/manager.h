@@ -32,6 +32,7 @@ typedef struct Manager {
         sd_bus_slot *resources_changed_slot;
         sd_bus_slot *get_name_owner_slot;
         sd_bus_slot *list_resources_slot;
+        sd_event_source *list_resources_retry;  /* after a failed ListResources */
         bool broker_present;
         bool broker_wait_logged;
 

@@ -70,6 +70,7 @@ Plugin *plugin_free(Plugin *p) {
         registration_cancel(p);
         p->remove_timer = sd_event_source_disable_unref(p->remove_timer);
         p->get_devices_slot = sd_bus_slot_unref(p->get_devices_slot);
+        p->get_devices_retry = sd_event_source_disable_unref(p->get_devices_retry);
         plugin_unlink_socket(p);
         /* Open streams get their closed handler here, which drops our references. */
         p->server = grpc_server_free(p->server);

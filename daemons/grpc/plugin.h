@@ -50,6 +50,7 @@ typedef struct Plugin {
         /* Pending GetDevices call. */
         sd_bus_slot *get_devices_slot;
         bool get_devices_again;
+        sd_event_source *get_devices_retry;     /* after a failed GetDevices */
 
         /* Registration (registration.c). */
         GrpcClientCall *register_call;

@@ -10,7 +10,8 @@
  * answer, error mapping (UnknownDevice, Unhealthy, AccessDenied), health changes through
  * ResourcesChanged, a broker that does not answer (UNAVAILABLE after
  * Config.broker_timeout_ms), a broker that leaves the bus (UNAVAILABLE at once) and a
- * resource the broker stops listing (closed after the grace period). Exits 77 without
+ * resource the broker stops listing (closed after the grace period), a failed GetDevices
+ * (tried again). Exits 77 without
  * dbus-daemon.
  */
 
@@ -52,6 +53,7 @@ static struct {
         bool healthy;
         bool silent;                    /* never answer Allocate */
         bool deny;                      /* PreStartContainer: AccessDenied */
+        unsigned fail_get_devices;      /* GetDevices calls still to fail */
         sd_bus_message *held;           /* an unanswered Allocate */
         unsigned n_allocate;
 } broker;
@@ -74,6 +76,10 @@ static int fake_get_devices(sd_bus_message *m, void *userdata, sd_bus_error *err
         ck_assert_int_ge(sd_bus_message_read(m, "s", &res), 0);
         if (!broker.listed || !streq(res, RES))
                 return sd_bus_error_setf(error, KGPU_ERROR_UNKNOWN_RESOURCE, "unknown resource %s", res);
+        if (broker.fail_get_devices > 0) {
+                broker.fail_get_devices--;
+                return sd_bus_error_set(error, KGPU_ERROR_STATE, "busy");
+        }
         ck_assert_int_ge(sd_bus_message_new_method_return(m, &reply), 0);
         ck_assert_int_ge(sd_bus_message_append(reply, "a(ssai)", 1, GPU,
                                                broker.healthy ? "Healthy" : "Unhealthy", 1, 0), 0);
@@ -343,9 +349,11 @@ START_TEST(test_follow_and_forward) {
         ck_assert(!m->broker_present);
         ck_assert_uint_eq(m->n_plugins, 0);
 
-        /* The broker appears: its resource gets a socket. */
+        /* The broker appears: its resource gets a socket (after GetDevices is retried
+         * once: the first call fails). */
         broker.listed = true;
         broker.healthy = true;
+        broker.fail_get_devices = 1;
         ck_assert_int_ge(sd_bus_open_system(&fake), 0);
         ck_assert_int_ge(sd_bus_attach_event(fake, event, 0), 0);
         ck_assert_int_ge(sd_bus_add_object_vtable(fake, &vslot, KGPU_BROKER_PATH, KGPU_BROKER_INTERFACE,
@@ -353,6 +361,7 @@ START_TEST(test_follow_and_forward) {
         ck_assert_int_ge(sd_bus_request_name(fake, KGPU_BROKER_BUS_NAME, 0), 0);
         run_until(cond_socket, (void *) 1, 5 * 1000 * 1000, "the plugin socket");
         ck_assert_uint_eq(m->n_plugins, 1);
+        ck_assert_uint_eq(broker.fail_get_devices, 0);
 
         call("/v1beta1.DevicePlugin/GetDevicePluginOptions", (const uint8_t *) "", 0, &r);
         ck_assert_int_eq(r.status, GRPC_STATUS_OK);
