@@ -209,8 +209,11 @@ static void manager_restore_plugins(Manager *m, bool all_register) {
                         }
                         log_info("%s: socket %s was removed, recreated it.", p->resource, p->socket_path);
                 }
-                if (lost || all_register)
+                if (lost || all_register) {
                         (void) registration_start(p);
+                        if (all_register)
+                                p->register_after_usec = m->kubelet_appeared_usec;
+                }
         }
 }
 

@@ -58,6 +58,7 @@ typedef struct Plugin {
         uint64_t register_backoff_usec;
         unsigned register_failures;
         bool registered;
+        uint64_t register_after_usec;   /* kubelet appearance this registration follows, or 0 */
         bool seen;                      /* mark for ListResources sync */
         sd_event_source *remove_timer;  /* not listed by the broker: closes when it fires */
 } Plugin;

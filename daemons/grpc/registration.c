@@ -76,11 +76,11 @@ static void on_register_reply(GrpcStatus status, const char *message,
                 p->registered = true;
                 p->register_failures = 0;
                 p->register_backoff_usec = 0;
-                if (m->kubelet_appeared_usec > 0 && now >= m->kubelet_appeared_usec)
+                if (p->register_after_usec > 0 && now >= p->register_after_usec)
                         log_struct(LOG_INFO, KGPU_MESSAGE_REGISTERED,
                                    "Registered %s with the kubelet (endpoint %s), %.3f ms after its socket appeared.",
                                    p->resource, p->socket_name,
-                                   (double) (now - m->kubelet_appeared_usec) / 1000.0);
+                                   (double) (now - p->register_after_usec) / 1000.0);
                 else
                         log_struct(LOG_INFO, KGPU_MESSAGE_REGISTERED,
                                    "Registered %s with the kubelet (endpoint %s).",
@@ -129,6 +129,7 @@ static int registration_attempt(Plugin *p) {
 }
 
 int registration_start(Plugin *p) {
+        p->register_after_usec = 0;
         p->register_call = grpc_client_call_cancel(p->register_call);
         p->register_timer = sd_event_source_disable_unref(p->register_timer);
         p->register_backoff_usec = 0;
