@@ -52,11 +52,15 @@ def run(node):
 
     # The kubelet uses whatever registration is current; grpcd may have re-registered.
     deadline = time.monotonic() + 5
+    failed = 0
     while True:
         try:
             c = node.kubelet.plugin(RES_I915).allocate([TWO_GPUS[RES_I915][0]])
             break
         except (grpc.RpcError, ValueError) as e:  # ValueError: a replaced, closed channel
+            # a call cancelled on the client side (its channel replaced by a new
+            # registration) may still have been committed by the broker
+            failed += 1
             if time.monotonic() > deadline:
                 raise AssertionError('Allocate after broker restart: %s' % (e,))
             time.sleep(0.1)
@@ -65,7 +69,14 @@ def run(node):
         print('NOTE: grpcd re-registered %d time(s) after the broker restart '
               '(the kubelet saw the plugin sockets go away and come back)' % n_regs)
     check(len(c['devices']) == 2, 'Allocate after restart: %r' % c)
-    check(len(node.list_allocations()) == N + 1, 'allocation after restart not recorded')
+    final = sorted(node.list_allocations())
+    check(final[:N] == before, 'allocations before the kill changed: %r' % final)
+    check(N + 1 <= len(final) <= N + 1 + failed,
+          'after restart: %d allocations listed, expected %d (+ up to %d cancelled calls)' % (
+              len(final), N + 1, failed))
+    if failed:
+        print('NOTE: %d Allocate call(s) after the restart failed on the kubelet side; the '
+              'broker recorded %d extra allocation(s) for them' % (failed, len(final) - N - 1))
 
 
 if __name__ == '__main__':
