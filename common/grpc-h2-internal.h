@@ -22,6 +22,11 @@ typedef struct GrpcConnection GrpcConnection;
 int grpc_server_add_connection_fd(GrpcServer *s, int fd, GrpcConnection **ret);
 int grpc_server_connection_feed(GrpcServer *s, GrpcConnection *c, const uint8_t *data, size_t len);
 
+/* Deadlines of a connection: the client preface must arrive within handshake_usec
+ * (default 10 s); pending output must move within stall_usec (30 s); after our GOAWAY
+ * the rest must be taken within drain_usec (5 s). 0 keeps the current value. */
+void grpc_server_set_timeouts(GrpcServer *s, uint64_t handshake_usec, uint64_t stall_usec, uint64_t drain_usec);
+
 /* Percent-encoding of grpc-message (exposed for unit tests). Both return NULL on OOM. */
 char *grpc_percent_encode(const char *s);
 char *grpc_percent_decode(const char *s, size_t len);

@@ -21,7 +21,10 @@
  *  - Client: timeout_usec 0 means no deadline (and no grpc-timeout header); answers
  *    up to 16 MiB are accepted (the kubelet's PodResources limit).
  *  - While a peer does not take our output, its connection is not read either, so a
- *    flooding peer cannot make us queue without bound.
+ *    flooding peer cannot make us queue without bound; a peer whose pending output
+ *    does not move for 30 s, that sends no client preface within 10 s, or that does
+ *    not take our GOAWAY within 5 s is disconnected (open calls get their closed
+ *    handler as for any disconnect).
  */
 
 #include <errno.h>
@@ -54,6 +57,14 @@
 #define GRPC_READ_BUDGET (16U * GRPC_READ_CHUNK)
 #define GRPC_MAX_PATH 256U
 #define GRPC_WINDOW_SIZE (1U << 20)
+/* A peer must send the HTTP/2 client preface within this time, and a connection we
+ * are closing (GOAWAY sent) must take what is left within the drain time, so idle or
+ * stuck sockets cannot hold connection slots for ever. */
+#define GRPC_HANDSHAKE_TIMEOUT_USEC (10ULL * 1000000ULL)
+#define GRPC_DRAIN_TIMEOUT_USEC (5ULL * 1000000ULL)
+/* A peer that takes none of our pending output for this long is dropped (we do not read
+ * from it meanwhile, see h2io_update_events()). */
+#define GRPC_STALL_TIMEOUT_USEC (30ULL * 1000000ULL)
 
 /* ---------------------------------------------------------------------------------- */
 /* helpers */
@@ -283,6 +294,8 @@ typedef struct H2Io {
         nghttp2_session *session;
         uint8_t *wbuf;          /* bytes nghttp2 produced that the socket did not take yet */
         size_t wbuf_len, wbuf_off;
+        uint64_t n_read;        /* bytes fed to nghttp2 so far */
+        uint64_t last_progress; /* CLOCK_MONOTONIC of the last write that moved bytes */
         bool eof;
 } H2Io;
 
@@ -317,6 +330,8 @@ static int h2io_write(H2Io *h, const uint8_t *p, size_t n, size_t *ret_written) 
                 }
                 done += (size_t) k;
         }
+        if (done > 0)
+                h->last_progress = now_usec(CLOCK_MONOTONIC);
         *ret_written = done;
         return 0;
 }
@@ -382,6 +397,7 @@ static int h2io_read(H2Io *h) {
                         return -ECONNRESET;
                 }
                 total += (size_t) n;
+                h->n_read += (uint64_t) n;
 
                 ssize_t k = nghttp2_session_mem_recv(h->session, buf, (size_t) n);
                 if (k < 0)
@@ -412,6 +428,7 @@ struct GrpcServer {
         GrpcConnection *connections;
         unsigned n_connections;
         GrpcCall *pending_closed;       /* detached calls whose closed handler is deferred */
+        uint64_t handshake_timeout_usec, drain_timeout_usec, stall_timeout_usec;
         bool freeing;
 };
 
@@ -419,8 +436,11 @@ struct GrpcConnection {
         GrpcServer *server;
         H2Io h;
         sd_event_source *flush_source;
+        sd_event_source *timer; /* handshake, stall or drain deadline */
+        uint64_t created_usec, closing_usec;
         GrpcCall *calls;        /* open streams, each holding one call reference */
         unsigned n_calls;
+        bool preface_seen;
         bool closing;           /* GOAWAY queued: write what is left, then close */
         GrpcConnection *next, *prev;
 };
@@ -963,6 +983,7 @@ static void connection_free(GrpcConnection *c) {
         while (c->calls)
                 call_detach(c->calls, s->freeing);
         c->flush_source = sd_event_source_disable_unref(c->flush_source);
+        c->timer = sd_event_source_disable_unref(c->timer);
         h2io_done(&c->h);
         if (c->prev)
                 c->prev->next = c->next;
@@ -974,6 +995,26 @@ static void connection_free(GrpcConnection *c) {
         free(c);
 }
 
+static int connection_update_timer(GrpcConnection *c) {
+        GrpcServer *s = c->server;
+        uint64_t deadline;
+        int r;
+
+        if (c->closing)
+                deadline = c->closing_usec + s->drain_timeout_usec;
+        else if (!c->preface_seen)
+                deadline = c->created_usec + s->handshake_timeout_usec;
+        else if (c->h.wbuf)
+                deadline = c->h.last_progress + s->stall_timeout_usec;
+        else
+                return sd_event_source_set_enabled(c->timer, SD_EVENT_OFF);
+
+        r = sd_event_source_set_time(c->timer, deadline);
+        if (r < 0)
+                return r;
+        return sd_event_source_set_enabled(c->timer, SD_EVENT_ONESHOT);
+}
+
 /* Flushes and decides whether the connection lives on. Returns 0 if it does,
  * -ECONNRESET if it was freed. */
 static int connection_process(GrpcConnection *c, int read_result) {
@@ -983,11 +1024,17 @@ static int connection_process(GrpcConnection *c, int read_result) {
                 /* nghttp2 rejected the input (bad preface, HTTP/1.x, protocol error,
                  * flood): make sure a GOAWAY is queued, send it, then close. */
                 (void) nghttp2_session_terminate_session(c->h.session, NGHTTP2_PROTOCOL_ERROR);
-                c->closing = true;
+                if (!c->closing) {
+                        c->closing = true;
+                        c->closing_usec = now_usec(CLOCK_MONOTONIC);
+                }
         } else if (read_result < 0) {
                 connection_free(c);
                 return -ECONNRESET;
         }
+
+        if (!c->closing && c->h.n_read >= NGHTTP2_CLIENT_MAGIC_LEN)
+                c->preface_seen = true;  /* nghttp2 accepted the client magic */
 
         r = h2io_flush(&c->h);
         if (r < 0) {
@@ -999,7 +1046,7 @@ static int connection_process(GrpcConnection *c, int read_result) {
                 connection_free(c);
                 return -ECONNRESET;
         }
-        if (h2io_update_events(&c->h) < 0) {
+        if (h2io_update_events(&c->h) < 0 || connection_update_timer(c) < 0) {
                 connection_free(c);
                 return -ECONNRESET;
         }
@@ -1024,6 +1071,15 @@ static int connection_flush_cb(sd_event_source *src, void *userdata) {
         GrpcConnection *c = userdata;
 
         (void) connection_process(c, 0);
+        return 0;
+}
+
+static int connection_timer_cb(sd_event_source *src, uint64_t usec, void *userdata) {
+        GrpcConnection *c = userdata;
+
+        log_debug("gRPC connection %s timed out, closing.",
+                  c->closing ? "drain" : !c->preface_seen ? "handshake" : "write");
+        connection_free(c);
         return 0;
 }
 
@@ -1091,6 +1147,7 @@ int grpc_server_add_connection_fd(GrpcServer *s, int fd, GrpcConnection **ret) {
         }
         c->server = s;
         c->h.fd = fd;
+        c->created_usec = c->h.last_progress = now_usec(CLOCK_MONOTONIC);
         c->next = s->connections;
         if (s->connections)
                 s->connections->prev = c;
@@ -1104,6 +1161,10 @@ int grpc_server_add_connection_fd(GrpcServer *s, int fd, GrpcConnection **ret) {
         if (r < 0)
                 goto fail;
         r = sd_event_add_defer(s->event, &c->flush_source, connection_flush_cb, c);
+        if (r < 0)
+                goto fail;
+        r = sd_event_add_time(s->event, &c->timer, CLOCK_MONOTONIC, c->created_usec + s->handshake_timeout_usec,
+                              0, connection_timer_cb, c);
         if (r < 0)
                 goto fail;
         /* Our SETTINGS go out at once. */
@@ -1126,6 +1187,7 @@ int grpc_server_connection_feed(GrpcServer *s, GrpcConnection *c, const uint8_t 
 
         if (!s || !c)
                 return -EINVAL;
+        c->h.n_read += len;
         k = nghttp2_session_mem_recv(c->h.session, data, len);
         if (k < 0)
                 r = k == NGHTTP2_ERR_NOMEM ? -ENOMEM : -EPROTO;
@@ -1177,6 +1239,9 @@ _public_ int grpc_server_new(sd_event *event, const GrpcServerLimits *limits, Gr
                 s->limits.max_streams_per_connection = GRPC_DEFAULT_MAX_STREAMS;
         if (s->limits.max_message_size == 0)
                 s->limits.max_message_size = GRPC_DEFAULT_MAX_MESSAGE;
+        s->handshake_timeout_usec = GRPC_HANDSHAKE_TIMEOUT_USEC;
+        s->drain_timeout_usec = GRPC_DRAIN_TIMEOUT_USEC;
+        s->stall_timeout_usec = GRPC_STALL_TIMEOUT_USEC;
         *ret = s;
         return 0;
 }
@@ -1279,6 +1344,17 @@ _public_ int grpc_server_listen_unix(GrpcServer *s, const char *path) {
         }
         TAKE_FD(fd);
         return 0;
+}
+
+void grpc_server_set_timeouts(GrpcServer *s, uint64_t handshake_usec, uint64_t stall_usec, uint64_t drain_usec) {
+        if (!s)
+                return;
+        if (handshake_usec > 0)
+                s->handshake_timeout_usec = handshake_usec;
+        if (stall_usec > 0)
+                s->stall_timeout_usec = stall_usec;
+        if (drain_usec > 0)
+                s->drain_timeout_usec = drain_usec;
 }
 
 _public_ unsigned grpc_server_n_connections(GrpcServer *s) {

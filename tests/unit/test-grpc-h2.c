@@ -966,6 +966,80 @@ START_TEST(test_server_listen_unix) {
 }
 END_TEST
 
+static void assert_closed_by_server(int fd) {
+        uint64_t end = now_mono() + TIMEOUT_USEC;
+        char buf[4096];
+
+        for (;;) {
+                ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+                if (n == 0 || (n < 0 && errno == ECONNRESET))
+                        return;
+                ck_assert(n > 0 || errno == EAGAIN);
+                ck_assert_msg(now_mono() < end, "server did not close the connection");
+                ck_assert_int_ge(sd_event_run(event, 2000), 0);
+        }
+}
+
+START_TEST(test_server_handshake_timeout) {
+        /* Sockets that never complete the client preface do not keep their slot. */
+        RawClient rc;
+        int silent, partial;
+        uint64_t t0 = now_mono();
+
+        grpc_server_set_timeouts(server, 200000, 0, 0);
+        silent = raw_connect();
+        partial = raw_connect();
+        ck_assert_int_eq(send(partial, NGHTTP2_CLIENT_MAGIC, 10, MSG_NOSIGNAL), 10);
+        raw_client_init(&rc);
+        ck_assert(raw_pump(&rc));
+
+        assert_closed_by_server(silent);
+        assert_closed_by_server(partial);
+        ck_assert_uint_ge(now_mono() - t0, 190000);
+        close(silent);
+        close(partial);
+
+        /* The client that sent its preface is still served on the same connection. */
+        run_for(300000);
+        ck_assert_uint_eq(grpc_server_n_connections(server), 1);
+        static const uint8_t body[] = { 0, 0, 0, 0, 1, 'z' };
+        RawStream *st = raw_submit(&rc, "POST", "/test.Svc/Echo", "application/grpc", body, sizeof body, true);
+        raw_wait_closed(&rc, st);
+        ck_assert_int_eq(st->grpc_status, 0);
+        ck_assert_mem_eq(st->data, body, sizeof body);
+        raw_client_done(&rc);
+}
+END_TEST
+
+START_TEST(test_server_stall_timeout) {
+        /* A peer that opens a big window, asks for 3 MiB and never reads is dropped
+         * once the output has not moved for the stall time. */
+        nghttp2_settings_entry iv[] = { { NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1U << 30 } };
+        static const uint8_t body[] = { 0, 0, 0, 0, 0 };
+        RawClient rc;
+
+        grpc_server_set_timeouts(server, 0, 300000, 0);
+        raw_client_init(&rc);
+        ck_assert_int_eq(nghttp2_submit_settings(rc.session, NGHTTP2_FLAG_NONE, iv, ELEMENTSOF(iv)), 0);
+        ck_assert_int_eq(nghttp2_submit_window_update(rc.session, NGHTTP2_FLAG_NONE, 0, 1 << 30), 0);
+        (void) raw_submit(&rc, "POST", "/test.Svc/Big", "application/grpc", body, sizeof body, true);
+        {
+                _cleanup_free_ uint8_t *out = NULL;
+                size_t n_out = 0;
+
+                raw_collect(&rc, &out, &n_out);
+                ck_assert_int_eq(send(rc.fd, out, n_out, MSG_NOSIGNAL), (ssize_t) n_out);
+        }
+        RUN_UNTIL(grpc_server_n_connections(server) == 1);
+        /* Never read: the server's writes block, then it gives up. */
+        uint64_t t0 = now_mono();
+        RUN_UNTIL(grpc_server_n_connections(server) == 0);
+        ck_assert_uint_ge(now_mono() - t0, 250000);
+        raw_client_done(&rc);
+        assert_server_serves();
+}
+END_TEST
+
 START_TEST(test_server_free_with_open_calls) {
         RawClient rc;
         RawStream *st;
@@ -1197,6 +1271,8 @@ static Suite *grpc_suite(bool grpcio) {
         tcase_add_test(tc, test_server_free_with_open_calls);
         tcase_add_test(tc, test_server_rapid_reset);
         tcase_add_test(tc, test_server_free_before_closed_handler_ran);
+        tcase_add_test(tc, test_server_handshake_timeout);
+        tcase_add_test(tc, test_server_stall_timeout);
         tcase_add_test(tc, test_server_listen_unix);
         tcase_add_test(tc, test_server_feed);
         suite_add_tcase(s, tc);
