@@ -545,7 +545,8 @@ static void call_pending_unlink(GrpcCall *c) {
 
 /* Runs a closed handler that was deferred, dropping the pending list's reference. */
 static void call_closed_deliver(GrpcCall *c) {
-        _cleanup_(grpc_call_unrefp) GrpcCall *ref = grpc_call_ref(c);
+        /* Keeps c alive while the pending reference and the handler go. */
+        _cleanup_(grpc_call_unrefp) _unused_ GrpcCall *ref = grpc_call_ref(c);
 
         c->closed_source = sd_event_source_disable_unref(c->closed_source);
         if (c->pending_server) {
