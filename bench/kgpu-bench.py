@@ -73,6 +73,7 @@ def main():
     hotplugs = args.hotplugs or (3 if args.quick else 20)
 
     build_root = os.path.abspath(args.build_root) if args.build_root else None
+    harness.exit_on_sigterm()
     node = harness.Node(build_root=build_root)
     results = {'host': {'machine': platform.machine(), 'kernel': platform.release(),
                         'cpus': os.cpu_count(), 'python_grpcio': __import__('grpc').__version__,
@@ -120,7 +121,7 @@ def main():
         print('kgpu-bench: cannot run: %s' % e, file=sys.stderr)
         node.stop()
         return 77
-    except Exception:
+    except BaseException:
         import traceback
         traceback.print_exc()
         node.dump_logs()

@@ -159,6 +159,7 @@ def main():
     ap.add_argument('--no-deps', action='store_true', help=argparse.SUPPRESS)
     args = ap.parse_args()
     build_root = os.path.abspath(args.build_root)
+    harness.exit_on_sigterm()
 
     node = harness.Node(build_root=build_root)
     try:
@@ -182,7 +183,7 @@ def main():
         print('demo: cannot run: %s' % e, file=sys.stderr)
         node.stop()
         return 1
-    except Exception as e:
+    except BaseException as e:
         import traceback
         traceback.print_exc()
         node.dump_logs()

@@ -621,9 +621,19 @@ def _group_of(user):
     return grp.getgrgid(pwd.getpwnam(user).pw_gid).gr_name
 
 
+def exit_on_sigterm():
+    """Turns SIGTERM (meson's timeout, a CI runner) into SystemExit, so that the
+    except/finally/atexit paths stop every process the node started."""
+    def handler(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, handler)
+
+
 def run_test(fn, need_root=False, **node_args):
     """Runs fn(node) on a fresh node; exits 0 (pass), 1 (fail) or 77 (skip)."""
     name = os.path.basename(sys.argv[0])
+    exit_on_sigterm()
     if need_root and not is_root():
         print('SKIP %s: needs root (privilege drop, other uids on the bus)' % name)
         sys.exit(77)
