@@ -3,8 +3,8 @@
 # h2raw.py — hand-made HTTP/2 for the hostile-input tests: frames built byte by byte,
 # request headers as HPACK literals without Huffman coding or indexing.
 #
-# Contract: H2Conn(path) connects to a unix socket and sends the client preface and an
-# empty SETTINGS; request() sends one HEADERS (+ optional DATA) frame on a new stream;
+# Contract: H2Conn(path) connects to a unix socket and sends the client preface and a
+# SETTINGS frame (empty unless settings are given); request() sends one HEADERS (+ optional DATA) frame on a new stream;
 # read_result() reads frames until the stream ends, the peer resets it, sends GOAWAY or
 # closes, and returns what happened (:status, grpc-status, grpc-message, GOAWAY, closed).
 # Response header blocks are decoded with python3-hpack (Debian), a decoder of its own,
@@ -22,6 +22,25 @@ ACK = 0x1
 END_HEADERS = 0x4
 PADDED = 0x8
 PRIORITY_FLAG = 0x20
+
+
+SETTINGS_INITIAL_WINDOW_SIZE = 0x4
+
+
+def window_update(stream, increment):
+    return frame(WINDOW_UPDATE, 0, stream, struct.pack('>I', increment & 0x7fffffff))
+
+
+def grpc_messages(data):
+    """Splits a DATA payload stream into gRPC messages; returns (messages, rest)."""
+    out = []
+    while len(data) >= 5:
+        n = struct.unpack('>I', data[1:5])[0]
+        if len(data) < 5 + n:
+            break
+        out.append(data[5:5 + n])
+        data = data[5 + n:]
+    return out, data
 
 
 def frame(ftype, flags, stream, payload=b''):
@@ -81,7 +100,7 @@ class Result:
 
 
 class H2Conn:
-    def __init__(self, path, timeout=5, preface=True):
+    def __init__(self, path, timeout=5, preface=True, settings=()):
         import hpack  # python3-hpack
         self.decoder = hpack.Decoder()
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
@@ -90,7 +109,8 @@ class H2Conn:
         self.buf = b''
         self.next_stream = 1
         if preface:
-            self.send(PREFACE + frame(SETTINGS, 0, 0))
+            payload = b''.join(struct.pack('>HI', k, v) for k, v in settings)
+            self.send(PREFACE + frame(SETTINGS, 0, 0, payload))
 
     def send(self, b):
         self.sock.sendall(b)
@@ -192,6 +212,25 @@ class H2Conn:
                 res.rst = struct.unpack('>I', payload[:4])[0]
                 return res
         return res
+
+    def read_data(self, sid, duration):
+        """Reads for `duration` seconds; returns the DATA bytes received on sid
+        (answering SETTINGS and PING, ignoring everything else, headers undecoded: use
+        no read_result() on this connection afterwards)."""
+        data = b''
+        deadline = time.monotonic() + duration
+        while time.monotonic() < deadline:
+            try:
+                ftype, flags, fsid, payload = self.read_frame(deadline)
+            except (socket.timeout, EOFError):
+                break
+            if ftype == SETTINGS and not flags & ACK:
+                self.send(frame(SETTINGS, ACK, 0))
+            elif ftype == PING and not flags & ACK:
+                self.send(frame(PING, ACK, 0, payload))
+            elif ftype == DATA and fsid == sid:
+                data += payload
+        return data
 
     def wait_closed(self, timeout=3):
         """True if the peer closes the connection within timeout (frames are skipped;
