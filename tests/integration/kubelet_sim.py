@@ -289,6 +289,8 @@ class KubeletSim:
         self._reg_server = None
         self._pr_server = None
         self.connect_errors = []
+        self.reject_next = 0       # answer the next N Register calls with an error
+        self.rejected = []         # [Registration] answered with an error
 
     def log(self, msg):
         if self.verbose:
@@ -381,6 +383,15 @@ class KubeletSim:
         if request.version != 'v1beta1':
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           'unsupported version %r' % request.version)
+        with self.lock:
+            reject = self.reject_next > 0
+            if reject:
+                self.reject_next -= 1
+                self.rejected.append(reg)
+                self.lock.notify_all()
+        if reject:
+            # what the kubelet answers when, e.g., the plugin's socket check fails
+            context.abort(grpc.StatusCode.UNKNOWN, 'simulated registration failure')
         with self.lock:
             self.registrations.append(reg)
             self._reg_seq += 1
