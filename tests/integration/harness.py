@@ -173,13 +173,8 @@ class Daemon:
 
     def notified(self, key):
         """Values of KEY=... in the notify messages, in order."""
-        out = []
         with self.notify_cond:
-            for _, msg in self.notify:
-                for line in msg.splitlines():
-                    if line.startswith(key + '='):
-                        out.append(line[len(key) + 1:])
-        return out
+            return self.notified_locked(key)
 
     def wait_notify(self, key, value=None, timeout=5):
         deadline = time.monotonic() + timeout
@@ -457,6 +452,7 @@ class Node:
         d = Daemon(self, 'broker', [self.bin('daemons', 'broker', 'kgpu-brokerd')], env)
         old = self.daemons.get('broker')
         if old is not None:
+            old.stop()  # reaps a killed instance, closes its notify socket
             d.returncodes = old.returncodes
         self.daemons['broker'] = d.start()
         return d
