@@ -25,7 +25,6 @@ import hashlib
 import importlib
 import json
 import os
-import re
 import shutil
 import signal
 import stat

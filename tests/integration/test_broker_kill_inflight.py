@@ -43,7 +43,8 @@ def run(node):
                     acked.append(1)
                 except (grpc.RpcError, ValueError) as e:
                     if killed[0] is not None and t0 > killed[0]:
-                        failures.append((getattr(e, 'code', lambda: e)(), time.monotonic() - t0))
+                        code = e.code() if isinstance(e, grpc.RpcError) else e
+                        failures.append((code, time.monotonic() - t0))
                     time.sleep(0.005)
 
         th = threading.Thread(target=loop)
