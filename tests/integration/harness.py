@@ -244,6 +244,8 @@ class Node:
     def __init__(self, build_root=None, layout='two-gpus', broker=True, grpcd=True, kubelet=True,
                  verbose=None, extra_env=None):
         self.build_root = build_root or find_build_root()
+        # the simulator caches its generated python modules under the build tree
+        os.environ.setdefault('KGPU_BUILD_ROOT', self.build_root)
         self.source_root = SOURCE_ROOT
         self.layout = layout
         self.want_broker = broker
