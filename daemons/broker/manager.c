@@ -19,7 +19,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <cap-ng.h>
 #include <systemd/sd-daemon.h>
 
 #include "common/bus-names.h"
@@ -29,39 +28,6 @@
 #include "daemons/broker/broker-dbus.h"
 #include "daemons/broker/manager.h"
 #include "daemons/broker/probe-client.h"
-
-int manager_drop_privileges(const char *user) {
-        struct passwd *pw;
-        uid_t uid;
-        gid_t gid;
-
-        if (geteuid() != 0)
-                return 0;
-        if (isempty(user))
-                return -ESRCH;
-
-        errno = 0;
-        pw = getpwnam(user);
-        if (!pw)
-                return errno > 0 ? -errno : -ESRCH;
-        if (pw->pw_uid == 0)
-                return -EPERM;
-        uid = pw->pw_uid;
-        gid = pw->pw_gid;
-
-        capng_clear(CAPNG_SELECT_BOTH);
-        if (capng_change_id((int) uid, (int) gid, CAPNG_DROP_SUPP_GRP|CAPNG_CLEAR_BOUNDING) < 0)
-                return -EPERM;
-
-        /* Trust, but verify: no way back to root. */
-        if (getuid() != uid || geteuid() != uid || getgid() != gid || getegid() != gid)
-                return -EPERM;
-        if (setuid(0) == 0 || seteuid(0) == 0)
-                return -EPERM;
-        if (capng_have_capabilities(CAPNG_SELECT_CAPS) != CAPNG_NONE)
-                return -EPERM;
-        return 0;
-}
 
 int manager_read_boot_id(char **ret) {
         _cleanup_free_ char *s = NULL;

@@ -2,7 +2,7 @@
 /*
  * manager.h — the one Manager of kgpu-brokerd: event loop, bus, config, store, resources.
  *
- * Contract: main() loads the config, calls manager_drop_privileges() (root only), then
+ * Contract: main() loads the config, calls privileges_drop() (root only), then
  * manager_new(), manager_start() and manager_run(). manager_start() logs its own errors
  * and returns a negative errno only for failures that make the broker useless (no bus,
  * bus name taken); a state database that cannot be used is logged and leaves the
@@ -57,7 +57,6 @@ void manager_update_status(Manager *m);
 /* When running as root, becomes user (all groups dropped, no capabilities, empty bounding
  * set); a no-op otherwise. Returns -ESRCH if the user does not exist, -EPERM if it is
  * root or the change fails. */
-int manager_drop_privileges(const char *user);
 
 /* Reads /proc/sys/kernel/random/boot_id ("" on failure, logged at debug). */
 int manager_read_boot_id(char **ret);
