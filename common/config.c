@@ -32,6 +32,7 @@ typedef enum OptionType {
         OPTION_UINT32,
         OPTION_STRV,            /* YAML sequence of scalars, or comma separated */
         OPTION_ALLOCATION_POLICY,
+        OPTION_BY_PATH,
         OPTION_LOG_LEVEL,
 } OptionType;
 
@@ -87,6 +88,17 @@ static const ConfigOption options[] = {
           "PCI device ids to serve (comma separated; empty: all)" },
         { "intel.denyIDs", { NULL }, "deny-ids", OPTION_STRV, OFF(intel_deny_ids), NULL, 0, 0,
           "PCI device ids never to serve" },
+        { "intel.enableMonitoring", { NULL }, "enable-monitoring", OPTION_BOOL,
+          OFF(intel_enable_monitoring), "false", 0, 0,
+          "advertise <driver>_monitoring: one device granting every Intel GPU" },
+        { "intel.resourceManager", { NULL }, "resource-manager", OPTION_BOOL, OFF(intel_resource_manager),
+          "false", 0, 0, "Intel fractional resource manager (accepted for compatibility, not supported)" },
+        { "intel.healthManagement", { NULL }, "health-management", OPTION_BOOL, OFF(intel_health_management),
+          "false", 0, 0, "Intel Level-Zero health (accepted for compatibility; health comes from udev)" },
+        { "intel.byPath", { NULL }, "bypath", OPTION_BY_PATH, OFF(intel_by_path), "single", 0, 0,
+          "/dev/dri/by-path mounts: single, all or none" },
+        { "intel.cdiDevices", { NULL }, "cdi-devices", OPTION_BOOL, OFF(intel_cdi_devices), "false", 0, 0,
+          "name the GPUs' CDI devices in Allocate answers" },
 };
 
 static const char * const allocation_policy_names[] = {
@@ -94,6 +106,18 @@ static const char * const allocation_policy_names[] = {
         [ALLOCATION_POLICY_BALANCED] = "balanced",
         [ALLOCATION_POLICY_PACKED] = "packed",
 };
+
+static const char * const by_path_names[] = {
+        [BY_PATH_SINGLE] = "single",
+        [BY_PATH_ALL] = "all",
+        [BY_PATH_NONE] = "none",
+};
+
+const char *config_by_path_to_string(ConfigByPath b) {
+        if ((size_t) b >= ELEMENTSOF(by_path_names))
+                return NULL;
+        return by_path_names[b];
+}
 
 const char *config_allocation_policy_to_string(ConfigAllocationPolicy p) {
         if ((size_t) p >= ELEMENTSOF(allocation_policy_names))
@@ -214,6 +238,15 @@ static int option_set(Config *c, const ConfigOption *o, const char *value, const
                                 return 0;
                         }
                 *ret_why = "expected none, balanced or packed";
+                return -EINVAL;
+
+        case OPTION_BY_PATH:
+                for (size_t i = 0; i < ELEMENTSOF(by_path_names); i++)
+                        if (streq(value, by_path_names[i])) {
+                                *(ConfigByPath *) p = (ConfigByPath) i;
+                                return 0;
+                        }
+                *ret_why = "expected single, all or none";
                 return -EINVAL;
 
         case OPTION_STRV: {
@@ -437,7 +470,8 @@ static int apply_overrides(Config *c, const ConfigOverride *ov, size_t n, char *
                                 *ret_error = NULL;
                         return -EINVAL;
                 }
-                r = option_set(c, o, ov[i].value ?: "", &why);
+                /* A boolean flag without a value ("-enable-monitoring") means true. */
+                r = option_set(c, o, ov[i].value ?: (o->type == OPTION_BOOL ? "true" : ""), &why);
                 if (r == -ENOMEM)
                         return r;
                 if (r < 0) {
@@ -569,7 +603,8 @@ const struct option *config_getopt_options(void) {
                 for (size_t i = 0; i < ELEMENTSOF(options); i++)
                         opts[i] = (struct option) {
                                 .name = options[i].flag,
-                                .has_arg = required_argument,
+                                .has_arg = options[i].type == OPTION_BOOL ? optional_argument
+                                                                          : required_argument,
                                 .val = CONFIG_OPTION_VAL_BASE + (int) i,
                         };
         return opts;

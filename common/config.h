@@ -29,6 +29,13 @@ typedef enum ConfigAllocationPolicy {
         ALLOCATION_POLICY_PACKED,
 } ConfigAllocationPolicy;
 
+/* intel.byPath: how /dev/dri/by-path links reach a container (the Intel plugin's -bypath). */
+typedef enum ConfigByPath {
+        BY_PATH_SINGLE,                 /* each allocated GPU's links, read-only bind mounts */
+        BY_PATH_ALL,                    /* the whole /dev/dri/by-path directory, read-only */
+        BY_PATH_NONE,
+} ConfigByPath;
+
 typedef struct Config {
         char *file;                     /* file read, NULL if none */
 
@@ -58,6 +65,11 @@ typedef struct Config {
         ConfigAllocationPolicy intel_allocation_policy; /* intel.allocationPolicy, --allocation-policy */
         char **intel_allow_ids;         /* intel.allowIDs: PCI device ids, empty = all */
         char **intel_deny_ids;          /* intel.denyIDs */
+        bool intel_enable_monitoring;   /* intel.enableMonitoring, -enable-monitoring */
+        bool intel_resource_manager;    /* intel.resourceManager, -resource-manager (accepted, not supported) */
+        bool intel_health_management;   /* intel.healthManagement, -health-management (accepted; health is udev's) */
+        ConfigByPath intel_by_path;     /* intel.byPath, -bypath (default single) */
+        bool intel_cdi_devices;         /* intel.cdiDevices: name CDI devices in Allocate answers */
 } Config;
 
 Config *config_free(Config *c);
@@ -88,7 +100,10 @@ int config_load_string(const char *text, size_t len, const char *name,
 bool config_flag_known(const char *flag);
 
 /* getopt_long entries for every config flag, terminated by a zero entry; val is
- * CONFIG_OPTION_VAL_BASE + index. Static storage. */
+ * CONFIG_OPTION_VAL_BASE + index. Static storage. Boolean flags take an optional
+ * argument ("--enable-monitoring" alone means true). Used with getopt_long_only(), the
+ * Intel plugin's Go-style single-dash flags (-shared-dev-num 2, -enable-monitoring,
+ * -bypath=all) are the same options. */
 #define CONFIG_OPTION_VAL_BASE 0x1000
 const struct option *config_getopt_options(void);
 const char *config_flag_by_val(int val);
@@ -96,3 +111,4 @@ const char *config_flag_by_val(int val);
 void config_print_flags_help(void);
 
 const char *config_allocation_policy_to_string(ConfigAllocationPolicy p);
+const char *config_by_path_to_string(ConfigByPath b);

@@ -62,7 +62,8 @@ int daemon_parse_argv(const DaemonInfo *info, int argc, char *argv[], DaemonArgs
         memcpy(options + ELEMENTSOF(own), cfg, n_cfg * sizeof(struct option));
 
         optind = 0;
-        while ((c = getopt_long(argc, argv, "h", options, NULL)) >= 0)
+        /* _only: the Intel plugin's single-dash Go flags (-shared-dev-num 2) work too. */
+        while ((c = getopt_long_only(argc, argv, "h", options, NULL)) >= 0)
                 switch (c) {
                 case 'h':
                         help(info);

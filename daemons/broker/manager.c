@@ -9,6 +9,7 @@
  */
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
@@ -64,6 +65,22 @@ int manager_new(Config *config, Manager **ret) {
         r = resources_new(m->config->intel_enabled, &m->resources);
         if (r < 0)
                 return log_oom();
+        r = resources_set_intel_options(m->resources, m->config->intel_shared_dev_num,
+                                        m->config->intel_allocation_policy, m->config->intel_enable_monitoring,
+                                        m->config->intel_by_path, m->config->intel_cdi_devices);
+        if (r < 0)
+                return log_oom();
+        if (m->config->intel_resource_manager)
+                log_warning("intel.resourceManager (-resource-manager): the Intel fractional resource manager "
+                            "is not supported, ignoring; sharing is intel.sharedDevNum.");
+        if (m->config->intel_health_management)
+                log_notice("intel.healthManagement (-health-management): GPU health comes from udev "
+                           "(kgpu-probed), ignoring.");
+        log_info("Intel: sharedDevNum %" PRIu32 ", allocationPolicy %s, enableMonitoring %s, byPath %s.",
+                 m->resources->shared_dev_num,
+                 config_allocation_policy_to_string(m->config->intel_allocation_policy),
+                 m->config->intel_enable_monitoring ? "true" : "false",
+                 config_by_path_to_string(m->config->intel_by_path));
         r = resources_set_id_filters(m->resources, m->config->intel_allow_ids, m->config->intel_deny_ids);
         if (r < 0)
                 return log_error_errno(r, "Invalid intel.allowIDs or intel.denyIDs (PCI device ids like 0x56a0 "

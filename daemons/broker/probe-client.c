@@ -74,9 +74,55 @@ static bool gpu_path_valid(const char *path) {
         return p && *p && !strchr(p, '/') && strlen(path) <= 1024;
 }
 
+/* Reads a "v" holding "as" of device node paths: at most RESOURCES_NODES_MAX, each a
+ * valid node below /dev. Sets *bad (and consumes the value) when the list is invalid. */
+static int read_node_list(sd_bus_message *msg, char ***ret, bool *bad) {
+        _cleanup_strv_free_ char **l = NULL;
+        size_t n = 0;
+        int r;
+
+        l = calloc(1, sizeof(char *));
+        if (!l)
+                return -ENOMEM;
+        r = sd_bus_message_enter_container(msg, 'v', "as");
+        if (r < 0)
+                return r;
+        r = sd_bus_message_enter_container(msg, 'a', "s");
+        if (r < 0)
+                return r;
+        for (;;) {
+                const char *v;
+
+                r = sd_bus_message_read(msg, "s", &v);
+                if (r < 0)
+                        return r;
+                if (r == 0)
+                        break;
+                if (++n > RESOURCES_NODES_MAX || isempty(v) || !valid_dev_node(v)) {
+                        *bad = true;
+                        continue;
+                }
+                if (!strv_contains(l, v)) {
+                        r = strv_extend(&l, v);
+                        if (r < 0)
+                                return r;
+                }
+        }
+        r = sd_bus_message_exit_container(msg);
+        if (r < 0)
+                return r;
+        r = sd_bus_message_exit_container(msg);
+        if (r < 0)
+                return r;
+        strv_free(*ret);
+        *ret = TAKE_PTR(l);
+        return 0;
+}
+
 int probe_gpu_properties_apply(sd_bus_message *msg, GpuInfo *info) {
         _cleanup_free_ char *id = NULL, *vendor = NULL, *driver = NULL, *card = NULL,
                 *render = NULL, *health = NULL, *reason = NULL;
+        _cleanup_strv_free_ char **nodes = NULL, **by_path = NULL;
         bool have_numa = false, have_device_id = false, bad = false;
         uint16_t device_id = 0;
         int32_t numa = -1;
@@ -121,7 +167,8 @@ int probe_gpu_properties_apply(sd_bus_message *msg, GpuInfo *info) {
 
                 if ((target && !streq(contents, "s")) ||
                     (streq(name, "NumaNode") && !streq(contents, "i")) ||
-                    (streq(name, "DeviceId") && !streq(contents, "q"))) {
+                    (streq(name, "DeviceId") && !streq(contents, "q")) ||
+                    ((streq(name, "DeviceNodes") || streq(name, "ByPathNodes")) && !streq(contents, "as"))) {
                         bad = true;
                         r = sd_bus_message_skip(msg, "v");
                         if (r < 0)
@@ -140,6 +187,10 @@ int probe_gpu_properties_apply(sd_bus_message *msg, GpuInfo *info) {
                         if (r < 0)
                                 return r;
                         have_numa = true;
+                } else if (streq(name, "DeviceNodes") || streq(name, "ByPathNodes")) {
+                        r = read_node_list(msg, streq(name, "DeviceNodes") ? &nodes : &by_path, &bad);
+                        if (r < 0)
+                                return r;
                 } else if (streq(name, "DeviceId") && streq(contents, "q")) {
                         r = sd_bus_message_read(msg, "v", "q", &device_id);
                         if (r < 0)
@@ -177,6 +228,14 @@ int probe_gpu_properties_apply(sd_bus_message *msg, GpuInfo *info) {
         MOVE(render_node, render);
         MOVE(health_reason, reason);
 #undef MOVE
+        if (nodes) {
+                strv_free(info->device_nodes);
+                info->device_nodes = TAKE_PTR(nodes);
+        }
+        if (by_path) {
+                strv_free(info->by_path_nodes);
+                info->by_path_nodes = TAKE_PTR(by_path);
+        }
         if (health)
                 info->healthy = streq(health, "Healthy");
         if (have_device_id)

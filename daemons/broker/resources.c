@@ -8,6 +8,7 @@
  */
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 
 #include "common/bus-names.h"
 #include "common/util.h"
+#include "daemons/broker/policy.h"
 #include "daemons/broker/resources.h"
 
 void gpu_info_done(GpuInfo *info) {
@@ -26,6 +28,10 @@ void gpu_info_done(GpuInfo *info) {
         info->card_node = mfree(info->card_node);
         info->render_node = mfree(info->render_node);
         info->health_reason = mfree(info->health_reason);
+        strv_free(info->device_nodes);
+        info->device_nodes = NULL;
+        strv_free(info->by_path_nodes);
+        info->by_path_nodes = NULL;
 }
 
 int gpu_info_copy(const GpuInfo *from, GpuInfo *to) {
@@ -40,7 +46,9 @@ int gpu_info_copy(const GpuInfo *from, GpuInfo *to) {
             free_and_strdup(&c.driver, from->driver ?: "") < 0 ||
             free_and_strdup(&c.card_node, from->card_node ?: "") < 0 ||
             free_and_strdup(&c.render_node, from->render_node ?: "") < 0 ||
-            free_and_strdup(&c.health_reason, from->health_reason ?: "") < 0) {
+            free_and_strdup(&c.health_reason, from->health_reason ?: "") < 0 ||
+            (from->device_nodes && !(c.device_nodes = strv_copy(from->device_nodes))) ||
+            (from->by_path_nodes && !(c.by_path_nodes = strv_copy(from->by_path_nodes)))) {
                 gpu_info_done(&c);
                 return -ENOMEM;
         }
@@ -55,6 +63,8 @@ int resources_new(bool intel_enabled, Resources **ret) {
         if (!r)
                 return -ENOMEM;
         r->intel_enabled = intel_enabled;
+        r->shared_dev_num = 1;
+        r->by_path = BY_PATH_SINGLE;
         *ret = r;
         return 0;
 }
@@ -65,6 +75,7 @@ Resources *resources_free(Resources *r) {
         for (size_t i = 0; i < r->n_gpus; i++) {
                 free(r->gpus[i].path);
                 gpu_info_done(&r->gpus[i].info);
+                strv_free(r->gpus[i].share_ids);
         }
         free(r->gpus);
         strv_free(r->seen);
@@ -160,6 +171,73 @@ const char *resources_name_for_gpu(const Resources *r, const GpuInfo *info) {
         return NULL;
 }
 
+/* "<id>-0" .. "<id>-<N-1>" for N > 1, NULL otherwise. */
+static int gpu_build_shares(Gpu *g, uint32_t n) {
+        _cleanup_strv_free_ char **l = NULL;
+
+        if (n > 1) {
+                l = calloc((size_t) n + 1, sizeof(char *));
+                if (!l)
+                        return -ENOMEM;
+                for (uint32_t i = 0; i < n; i++)
+                        if (asprintf(&l[i], "%s-%" PRIu32, g->info.id, i) < 0) {
+                                l[i] = NULL;
+                                return -ENOMEM;
+                        }
+        }
+        strv_free(g->share_ids);
+        g->share_ids = TAKE_PTR(l);
+        return 0;
+}
+
+int resources_set_intel_options(Resources *r, uint32_t shared_dev_num, ConfigAllocationPolicy policy,
+                                bool monitoring, ConfigByPath by_path, bool cdi_devices) {
+        uint32_t n = MIN(MAX(shared_dev_num, 1U), 1024U);
+        int k;
+
+        for (size_t i = 0; i < r->n_gpus; i++) {
+                k = gpu_build_shares(&r->gpus[i], n);
+                if (k < 0)
+                        return k;
+        }
+        r->shared_dev_num = n;
+        r->policy = policy;
+        r->monitoring = monitoring;
+        r->by_path = by_path;
+        r->cdi_devices = cdi_devices;
+        return 0;
+}
+
+/* The monitoring resource of an Intel resource name (static strings), or NULL. */
+static const char *monitoring_name(const Resources *r, const char *name) {
+        if (!r->monitoring || !name)
+                return NULL;
+        if (streq(name, RESOURCE_INTEL_I915))
+                return RESOURCE_INTEL_I915 RESOURCE_MONITORING_SUFFIX;
+        if (streq(name, RESOURCE_INTEL_XE))
+                return RESOURCE_INTEL_XE RESOURCE_MONITORING_SUFFIX;
+        return NULL;
+}
+
+/* The Intel resource a monitoring resource covers, or NULL. */
+static const char *monitored_name(const Resources *r, const char *resource) {
+        if (!r->monitoring || !resource)
+                return NULL;
+        if (streq(resource, RESOURCE_INTEL_I915 RESOURCE_MONITORING_SUFFIX))
+                return RESOURCE_INTEL_I915;
+        if (streq(resource, RESOURCE_INTEL_XE RESOURCE_MONITORING_SUFFIX))
+                return RESOURCE_INTEL_XE;
+        return NULL;
+}
+
+bool resources_is_monitoring(const Resources *r, const char *resource) {
+        return monitored_name(r, resource);
+}
+
+uint32_t resources_share_limit(const Resources *r, const char *resource) {
+        return resources_is_monitoring(r, resource) ? 0 : r->shared_dev_num;
+}
+
 static Gpu *resources_find_gpu(const Resources *r, const char *path) {
         for (size_t i = 0; i < r->n_gpus; i++)
                 if (streq(r->gpus[i].path, path))
@@ -223,25 +301,34 @@ int resources_update_gpu(Resources *r, const char *path, const GpuInfo *info, ch
         /* Collect the changed names before touching the record: old_name points to a
          * static string, so it survives the replacement. */
         k = seen_add(r, new_name, changed);
+        if (k >= 0)
+                k = seen_add(r, monitoring_name(r, new_name), changed);
         if (k < 0)
                 goto fail;
         if (!streq_ptr(old_name, new_name)) {
                 if ((k = changed_add(changed, old_name)) < 0 ||
-                    (k = changed_add(changed, new_name)) < 0)
+                    (k = changed_add(changed, new_name)) < 0 ||
+                    (k = changed_add(changed, monitoring_name(r, old_name))) < 0 ||
+                    (k = changed_add(changed, monitoring_name(r, new_name))) < 0)
                         goto fail;
         } else if (new_name && g &&
                    (!streq(g->info.id, copy.id) ||
                     g->info.healthy != copy.healthy ||
                     g->info.numa_node != copy.numa_node)) {
                 k = changed_add(changed, new_name);
+                if (k >= 0)
+                        k = changed_add(changed, monitoring_name(r, new_name));
                 if (k < 0)
                         goto fail;
         }
 
         if (g) {
+                bool same_id = streq(g->info.id, copy.id);
+
                 gpu_info_done(&g->info);
                 g->info = copy;
-                return 0;
+                return same_id && (r->shared_dev_num <= 1 || g->share_ids) ? 0 :
+                        gpu_build_shares(g, r->shared_dev_num);
         }
 
         Gpu *n = reallocarray(r->gpus, r->n_gpus + 1, sizeof(Gpu));
@@ -256,7 +343,11 @@ int resources_update_gpu(Resources *r, const char *path, const GpuInfo *info, ch
                 goto fail;
         }
         n[r->n_gpus].info = copy;
+        n[r->n_gpus].share_ids = NULL;
         r->n_gpus++;
+        k = gpu_build_shares(&n[r->n_gpus - 1], r->shared_dev_num);
+        if (k < 0)
+                return k;
         return 1;
 
 fail:
@@ -273,12 +364,15 @@ int resources_remove_gpu(Resources *r, const char *path, char ***changed) {
         if (!g)
                 return 0;
         k = changed_add(changed, resources_name_for_gpu(r, &g->info));
+        if (k >= 0)
+                k = changed_add(changed, monitoring_name(r, resources_name_for_gpu(r, &g->info)));
         if (k < 0)
                 return k;
 
         i = (size_t) (g - r->gpus);
         free(g->path);
         gpu_info_done(&g->info);
+        strv_free(g->share_ids);
         memmove(r->gpus + i, r->gpus + i + 1, (r->n_gpus - i - 1) * sizeof(Gpu));
         r->n_gpus--;
         return 1;
@@ -289,17 +383,42 @@ bool resources_known(const Resources *r, const char *resource) {
 }
 
 static int device_cmp(const void *a, const void *b) {
-        return strcmp(((const Device *) a)->id, ((const Device *) b)->id);
+        return policy_id_cmp(((const Device *) a)->id, ((const Device *) b)->id);
 }
 
 int resources_get_devices(const Resources *r, const char *resource, Device **ret, size_t *ret_n) {
         _cleanup_free_ Device *d = NULL;
-        size_t n = 0;
+        const char *monitored;
+        size_t n = 0, shares;
 
         if (!resources_known(r, resource))
                 return -ENOENT;
 
-        d = calloc(r->n_gpus ?: 1, sizeof(Device));
+        monitored = monitored_name(r, resource);
+        if (monitored) {
+                bool any = false, healthy = false;
+
+                for (size_t i = 0; i < r->n_gpus; i++)
+                        if (streq_ptr(resources_name_for_gpu(r, &r->gpus[i].info), monitored)) {
+                                any = true;
+                                healthy = healthy || r->gpus[i].info.healthy;
+                        }
+                d = calloc(1, sizeof(Device));
+                if (!d)
+                        return -ENOMEM;
+                if (any)
+                        d[n++] = (Device) {
+                                .id = RESOURCE_MONITORING_ID,
+                                .healthy = healthy,
+                                .numa_node = -1,
+                        };
+                *ret = TAKE_PTR(d);
+                *ret_n = n;
+                return 0;
+        }
+
+        shares = r->shared_dev_num > 1 ? r->shared_dev_num : 1;
+        d = calloc((r->n_gpus ?: 1) * shares, sizeof(Device));
         if (!d)
                 return -ENOMEM;
         for (size_t i = 0; i < r->n_gpus; i++) {
@@ -307,12 +426,14 @@ int resources_get_devices(const Resources *r, const char *resource, Device **ret
 
                 if (!streq_ptr(resources_name_for_gpu(r, &g->info), resource))
                         continue;
-                d[n++] = (Device) {
-                        .id = g->info.id,
-                        .healthy = g->info.healthy,
-                        .numa_node = g->info.numa_node,
-                        .gpu = g,
-                };
+                for (size_t s = 0; s < (g->share_ids ? shares : 1); s++)
+                        d[n++] = (Device) {
+                                .id = g->share_ids ? g->share_ids[s] : g->info.id,
+                                .healthy = g->info.healthy,
+                                .numa_node = g->info.numa_node,
+                                .gpu = g,
+                                .share = (uint32_t) s,
+                        };
         }
         qsort(d, n, sizeof(Device), device_cmp);
 
@@ -323,10 +444,23 @@ int resources_get_devices(const Resources *r, const char *resource, Device **ret
 
 const Device *resources_find_device(const Device *d, size_t n, const char *id) {
         Device key = { .id = id };
+        const Device *f;
 
         if (!id || n == 0)
                 return NULL;
-        return bsearch(&key, d, n, sizeof(Device), device_cmp);
+        f = bsearch(&key, d, n, sizeof(Device), device_cmp);
+        return f && streq(f->id, id) ? f : NULL;
+}
+
+const Gpu *resources_gpu_of_device(const Resources *r, const char *resource, const char *id) {
+        _cleanup_free_ Device *d = NULL;
+        const Device *f;
+        size_t n;
+
+        if (resources_get_devices(r, resource, &d, &n) < 0)
+                return NULL;
+        f = resources_find_device(d, n, id);
+        return f ? f->gpu : NULL;
 }
 
 int resource_error_set(ResourceError *e, const char *name, int error, const char *format, ...) {
@@ -472,50 +606,169 @@ int resources_check_allocate(const Resources *r, const char *resource,
         return 0;
 }
 
+/* Appends path once. */
+static void spec_add(DeviceSpec *specs, size_t *m, const char *path) {
+        if (isempty(path))
+                return;
+        for (size_t i = 0; i < *m; i++)
+                if (streq(specs[i].host_path, path))
+                        return;
+        specs[(*m)++] = (DeviceSpec) {
+                .container_path = path,
+                .host_path = path,
+                .permissions = "rw",
+        };
+}
+
+static size_t gpu_node_count(const Gpu *g) {
+        size_t n = strv_length(g->info.device_nodes);
+
+        return n > 0 ? n : 2;
+}
+
+static void gpu_add_specs(const Gpu *g, DeviceSpec *specs, size_t *m) {
+        if (strv_length(g->info.device_nodes) > 0) {
+                for (char **p = g->info.device_nodes; *p; p++)
+                        spec_add(specs, m, *p);
+                return;
+        }
+        spec_add(specs, m, g->info.card_node);
+        spec_add(specs, m, g->info.render_node);
+}
+
 int resources_allocate_container(const Resources *r, const char *resource, char * const *ids,
                                  DeviceSpec **ret, size_t *ret_n) {
         _cleanup_free_ DeviceSpec *specs = NULL;
         _cleanup_free_ Device *d = NULL;
-        size_t n, m = 0, n_ids = strv_length(ids);
+        size_t n, m = 0, room = 1, n_ids = strv_length(ids);
+        const char *monitored;
         int k;
 
         k = resources_get_devices(r, resource, &d, &n);
         if (k < 0)
                 return k;
 
-        specs = calloc(2 * n_ids + 1, sizeof(DeviceSpec));
-        if (!specs)
-                return -ENOMEM;
+        monitored = monitored_name(r, resource);
+        if (monitored) {
+                for (size_t i = 0; i < n_ids; i++)
+                        if (!resources_find_device(d, n, ids[i]))
+                                return -ENODEV;
+                for (size_t i = 0; i < r->n_gpus; i++)
+                        room += gpu_node_count(&r->gpus[i]);
+                specs = calloc(room, sizeof(DeviceSpec));
+                if (!specs)
+                        return -ENOMEM;
+                for (size_t i = 0; i < r->n_gpus && n_ids > 0; i++)
+                        if (r->gpus[i].info.healthy &&
+                            streq_ptr(resources_name_for_gpu(r, &r->gpus[i].info), monitored))
+                                gpu_add_specs(&r->gpus[i], specs, &m);
+                *ret = TAKE_PTR(specs);
+                *ret_n = m;
+                return 0;
+        }
+
         for (size_t i = 0; i < n_ids; i++) {
                 const Device *dev = resources_find_device(d, n, ids[i]);
-                const char *nodes[2];
 
-                if (!dev)
+                if (!dev || !dev->gpu)
                         return -ENODEV;
-                nodes[0] = dev->gpu->info.card_node;
-                nodes[1] = dev->gpu->info.render_node;
-                for (size_t j = 0; j < ELEMENTSOF(nodes); j++) {
-                        if (isempty(nodes[j]))
-                                continue;
-                        specs[m++] = (DeviceSpec) {
-                                .container_path = nodes[j],
-                                .host_path = nodes[j],
-                                .permissions = "rw",
-                        };
-                }
+                room += gpu_node_count(dev->gpu);
         }
+        specs = calloc(room, sizeof(DeviceSpec));
+        if (!specs)
+                return -ENOMEM;
+        for (size_t i = 0; i < n_ids; i++)
+                gpu_add_specs(resources_find_device(d, n, ids[i])->gpu, specs, &m);
 
         *ret = TAKE_PTR(specs);
         *ret_n = m;
         return 0;
 }
 
+int resources_allocate_extras(const Resources *r, const char *resource, char * const *ids,
+                              MountSpec **ret_mounts, size_t *ret_n_mounts, char ***ret_cdi) {
+        _cleanup_strv_free_ char **cdi = NULL;
+        _cleanup_free_ MountSpec *mounts = NULL;
+        _cleanup_free_ const Gpu **gpus = NULL;
+        _cleanup_free_ Device *d = NULL;
+        size_t n, n_gpus = 0, m = 0, room = 1, n_ids = strv_length(ids);
+        int k;
+
+        k = resources_get_devices(r, resource, &d, &n);
+        if (k < 0)
+                return k;
+        cdi = calloc(1, sizeof(char *));
+        gpus = calloc(n_ids ?: 1, sizeof(Gpu *));
+        if (!cdi || !gpus)
+                return -ENOMEM;
+
+        /* The distinct GPUs of the request, in request order. */
+        for (size_t i = 0; i < n_ids && !monitored_name(r, resource); i++) {
+                const Device *dev = resources_find_device(d, n, ids[i]);
+                bool seen = false;
+
+                if (!dev || !dev->gpu)
+                        return -ENODEV;
+                for (size_t j = 0; j < n_gpus && !seen; j++)
+                        seen = gpus[j] == dev->gpu;
+                if (!seen) {
+                        gpus[n_gpus++] = dev->gpu;
+                        room += strv_length(dev->gpu->info.by_path_nodes);
+                }
+        }
+
+        mounts = calloc(room, sizeof(MountSpec));
+        if (!mounts)
+                return -ENOMEM;
+        for (size_t j = 0; j < n_gpus; j++) {
+                char * const *links = gpus[j]->info.by_path_nodes;
+
+                if (r->by_path == BY_PATH_SINGLE)
+                        for (char * const *p = links; p && *p; p++)
+                                mounts[m++] = (MountSpec) {
+                                        .container_path = *p,
+                                        .host_path = *p,
+                                        .read_only = true,
+                                };
+                else if (r->by_path == BY_PATH_ALL && strv_length(links) > 0 && m == 0)
+                        mounts[m++] = (MountSpec) {
+                                .container_path = RESOURCES_BY_PATH_DIR,
+                                .host_path = RESOURCES_BY_PATH_DIR,
+                                .read_only = true,
+                        };
+
+                if (r->cdi_devices) {
+                        char *name;
+
+                        if (asprintf(&name, "%s=%s", RESOURCES_CDI_KIND_INTEL, gpus[j]->info.id) < 0)
+                                return -ENOMEM;
+                        k = strv_consume(&cdi, name);
+                        if (k < 0)
+                                return k;
+                }
+        }
+
+        *ret_mounts = TAKE_PTR(mounts);
+        *ret_n_mounts = m;
+        *ret_cdi = TAKE_PTR(cdi);
+        return 0;
+}
+
+static bool result_has(char * const *result, size_t n, const char *id) {
+        for (size_t i = 0; i < n; i++)
+                if (streq(result[i], id))
+                        return true;
+        return false;
+}
+
 int resources_preferred_allocation(const Resources *r, const char *resource,
                                    char * const *available, char * const *must_include,
                                    int32_t size, char ***ret, ResourceError *e) {
         _cleanup_strv_free_ char **result = NULL;
+        _cleanup_free_ PolicyCandidate *cand = NULL;
+        _cleanup_free_ size_t *picked = NULL;
         _cleanup_free_ Device *d = NULL;
-        size_t n, n_result = 0;
+        size_t n, n_result = 0, n_cand = 0;
         int k;
 
         k = resources_check_name(r, resource, e);
@@ -548,26 +801,50 @@ int resources_preferred_allocation(const Resources *r, const char *resource,
                 return resource_error_set(e, KGPU_ERROR_UNKNOWN_RESOURCE, k,
                                           "Cannot list devices of '%s'", resource);
 
-        result = calloc(1, sizeof(char *));
-        if (!result)
+        result = calloc((size_t) size + 1, sizeof(char *));
+        cand = calloc(strv_length(available) + 1, sizeof(PolicyCandidate));
+        picked = calloc(strv_length(available) + 1, sizeof(size_t));
+        if (!result || !cand || !picked)
                 return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
 
-        for (size_t l = 0; l < ELEMENTSOF(lists); l++)
-                for (char * const *i = lists[l]; i && *i && n_result < (size_t) size; i++) {
-                        const Device *dev = resources_find_device(d, n, *i);
+        /* must_include first: the kubelet's decision, even for an unhealthy device. */
+        for (char * const *i = must_include; i && *i && n_result < (size_t) size; i++) {
+                const Device *dev = resources_find_device(d, n, *i);
 
-                        if (!dev || strv_contains(result, dev->id))
-                                continue;
-                        /* An unhealthy device is never offered, but a must_include one is
-                         * the kubelet's decision. */
-                        if (l == 1 && !dev->healthy)
-                                continue;
-                        k = strv_extend(&result, dev->id);
-                        if (k < 0)
-                                return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, k,
-                                                          "Out of memory");
-                        n_result++;
-                }
+                if (!dev || result_has(result, n_result, dev->id))
+                        continue;
+                result[n_result] = strdup(dev->id);
+                if (!result[n_result])
+                        return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
+                n_result++;
+        }
+
+        /* Then the policy's choice among the healthy available devices not taken yet. */
+        for (char * const *i = available; i && *i; i++) {
+                const Device *dev = resources_find_device(d, n, *i);
+                bool dup = false;
+
+                if (!dev || !dev->healthy || result_has(result, n_result, dev->id))
+                        continue;
+                for (size_t j = 0; j < n_cand && !dup; j++)
+                        dup = cand[j].id == dev->id;
+                if (dup)
+                        continue;
+                cand[n_cand++] = (PolicyCandidate) {
+                        .id = dev->id,
+                        .gpu = dev->gpu ? dev->gpu->info.id : dev->id,
+                        .share = dev->share,
+                };
+        }
+        k = policy_select(r->policy, cand, n_cand, (size_t) size - n_result, picked);
+        if (k < 0)
+                return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, k, "Allocation policy failed");
+        for (size_t j = 0; j < (size_t) k; j++) {
+                result[n_result] = strdup(cand[picked[j]].id);
+                if (!result[n_result])
+                        return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
+                n_result++;
+        }
 
         *ret = TAKE_PTR(result);
         return 0;

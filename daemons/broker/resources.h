@@ -10,8 +10,16 @@
  *    and lacks its PCI device id, or intel.denyIDs has it. Other GPUs are kept but not
  *    advertised. A resource is advertised from the first time one of its GPUs is seen
  *    until the broker exits, even with no device left.
- *  - Device lists are sorted by id. Ids are unique: a second object claiming an id
- *    already taken is refused (-EEXIST).
+ *  - Sharing (intel.sharedDevNum N): with N > 1 each GPU is N devices "<gpu id>-0" ..
+ *    "<gpu id>-<N-1>", as the Intel plugin names its shares "<card>-<i>"; with N == 1
+ *    the device id stays the plain GPU id (PCI address), so allocations recorded
+ *    before sharing was configured, and the kubelet's checkpoint, stay valid. Every
+ *    share of a GPU has the GPU's health and NUMA node.
+ *  - Monitoring (intel.enableMonitoring): "<resource>_monitoring" with one device
+ *    "all" (the Intel plugin's id) granting every GPU of that driver; healthy while
+ *    one of them is.
+ *  - Device lists are sorted by policy_id_cmp() (GPU id, then share number). Ids are
+ *    unique: a second object claiming an id already taken is refused (-EEXIST).
  *  - Functions return 0/positive or a negative errno and write ret_* only on success.
  *    Functions that answer a caller fill a ResourceError (a KGPU_ERROR_* name and a
  *    message naming the culprit) and return a negative errno when they refuse.
@@ -25,6 +33,7 @@
 #include <stdint.h>
 
 #include "common/cleanup.h"
+#include "common/config.h"
 
 /* Bounds on anything a caller sends (enforced here and by the D-Bus parser). */
 #define RESOURCES_NAME_MAX      256     /* bytes in a resource name */
@@ -36,6 +45,12 @@
 
 #define RESOURCE_INTEL_I915     "gpu.intel.com/i915"
 #define RESOURCE_INTEL_XE       "gpu.intel.com/xe"
+#define RESOURCE_MONITORING_SUFFIX "_monitoring"
+#define RESOURCE_MONITORING_ID  "all"
+#define RESOURCES_NODES_MAX     16      /* DeviceNodes / ByPathNodes entries per GPU */
+#define RESOURCES_BY_PATH_DIR   "/dev/dri/by-path"
+/* Kind of the probe's CDI spec for Intel GPUs; one CDI device per GPU, named by its id. */
+#define RESOURCES_CDI_KIND_INTEL "gpu.intel.com/gpu"
 
 typedef struct GpuInfo {
         char *id;
@@ -44,6 +59,8 @@ typedef struct GpuInfo {
         char *card_node;        /* "" if none */
         char *render_node;      /* "" if none */
         char *health_reason;
+        char **device_nodes;    /* Gpu1.DeviceNodes: every node a container needs; NULL: card + render */
+        char **by_path_nodes;   /* Gpu1.ByPathNodes: /dev/dri/by-path links of this GPU */
         int32_t numa_node;      /* -1 if unknown */
         uint16_t device_id;     /* PCI device id, 0 if unknown */
         bool healthy;
@@ -55,6 +72,7 @@ int gpu_info_copy(const GpuInfo *from, GpuInfo *to);
 typedef struct Gpu {
         char *path;             /* the probe's object path, the key */
         GpuInfo info;
+        char **share_ids;       /* "<id>-<i>" for sharedDevNum > 1, else NULL */
 } Gpu;
 
 /* A device as ListAndWatch shows it; points into a Gpu. */
@@ -62,7 +80,8 @@ typedef struct Device {
         const char *id;
         bool healthy;
         int32_t numa_node;
-        const Gpu *gpu;
+        const Gpu *gpu;         /* NULL for the monitoring device */
+        uint32_t share;         /* share number (0 unshared) */
 } Device;
 
 typedef struct DeviceSpec {
@@ -70,6 +89,12 @@ typedef struct DeviceSpec {
         const char *host_path;
         const char *permissions;
 } DeviceSpec;
+
+typedef struct MountSpec {
+        const char *container_path;
+        const char *host_path;
+        bool read_only;
+} MountSpec;
 
 typedef struct ResourceError {
         const char *name;       /* KGPU_ERROR_*; NULL if none */
@@ -85,6 +110,11 @@ typedef struct Resources {
         size_t n_allow_ids;
         uint16_t *deny_ids;     /* intel.denyIDs: never serve these */
         size_t n_deny_ids;
+        uint32_t shared_dev_num;        /* >= 1 */
+        ConfigAllocationPolicy policy;
+        bool monitoring;
+        ConfigByPath by_path;
+        bool cdi_devices;
 } Resources;
 
 int resources_new(bool intel_enabled, Resources **ret);
@@ -95,6 +125,15 @@ DEFINE_CLEANUP_FUNC(Resources, resources_free);
  * no filter). -EINVAL naming nothing: the caller names the bad value from its config. Call
  * before the first update. */
 int resources_set_id_filters(Resources *r, char * const *allow, char * const *deny);
+/* Intel options (call before the first update, or again: share ids are rebuilt). N is
+ * clamped to 1..1024. */
+int resources_set_intel_options(Resources *r, uint32_t shared_dev_num, ConfigAllocationPolicy policy,
+                                bool monitoring, ConfigByPath by_path, bool cdi_devices);
+/* The sharing limit of a resource's GPUs (shared_dev_num for Intel resources, 0 for a
+ * monitoring resource: not counted). */
+uint32_t resources_share_limit(const Resources *r, const char *resource);
+/* True if the resource is "<intel resource>_monitoring". */
+bool resources_is_monitoring(const Resources *r, const char *resource);
 /* Parses one PCI device id ("0x56a0", "56a0"). */
 int resources_parse_pci_id(const char *s, uint16_t *ret);
 
@@ -142,15 +181,26 @@ int resources_check_ids(const Resources *r, const char *resource, char * const *
 int resources_check_allocate(const Resources *r, const char *resource,
                              char ** const *requests, size_t n_requests, ResourceError *e);
 
-/* Device specs for one container request: CardNode and RenderNode of each GPU (when
- * not empty), container path = host path, "rw". Call after resources_check_allocate(). */
+/* Device specs for one container request: every DRM node of each GPU (Gpu1.DeviceNodes,
+ * or CardNode and RenderNode when the probe sends none), container path = host path,
+ * "rw", each node once even when two shares of one GPU are requested. For the
+ * monitoring device: the nodes of every healthy GPU of that driver. Call after
+ * resources_check_allocate(). */
 int resources_allocate_container(const Resources *r, const char *resource, char * const *ids,
                                  DeviceSpec **ret, size_t *ret_n);
+/* Mounts and CDI device names for one container request: by-path links read-only per
+ * intel.byPath (single: each GPU's ByPathNodes; all: the whole by-path directory when a
+ * GPU has links; none), and "<RESOURCES_CDI_KIND_INTEL>=<gpu id>" per GPU when
+ * intel.cdiDevices is on. Nothing for the monitoring device. *ret_cdi is a new strv. */
+int resources_allocate_extras(const Resources *r, const char *resource, char * const *ids,
+                              MountSpec **ret_mounts, size_t *ret_n_mounts, char ***ret_cdi);
+/* The GPU (its id) a device id of resource belongs to, NULL if unknown or monitoring. */
+const Gpu *resources_gpu_of_device(const Resources *r, const char *resource, const char *id);
 
 /*
- * First-available preferred allocation: must_include ids first, then available ids in
- * the order given, up to size; ids not in the resource, unhealthy available ids and
- * repeats are skipped. size must be 1..RESOURCES_IDS_MAX, lists are bounded like
+ * Preferred allocation: must_include ids first, then available ids chosen by the
+ * configured policy (policy.h; "none" keeps the order given), up to size; ids not in the
+ * resource, unhealthy available ids and repeats are skipped. size must be 1..RESOURCES_IDS_MAX, lists are bounded like
  * resources_check_ids() (empty allowed). *ret is a new strv.
  */
 int resources_preferred_allocation(const Resources *r, const char *resource,
