@@ -58,6 +58,8 @@ typedef struct Config {
         uint32_t grpc_max_message_size; /* grpc.maxMessageSize (default 4 MiB) */
         uint32_t register_timeout_ms;   /* kubelet.registerTimeoutMs (default 5000) */
         uint32_t broker_timeout_ms;     /* grpc.brokerTimeoutMs (default 2000) */
+        uint32_t reconcile_interval_sec; /* kubelet.reconcileIntervalSec (default 30, 0: at start only) */
+        uint32_t reconcile_grace_sec;   /* broker.reconcileGraceSec (default 60) */
 
         /* Intel. */
         bool intel_enabled;             /* intel.enabled (default true) */
@@ -70,6 +72,13 @@ typedef struct Config {
         bool intel_health_management;   /* intel.healthManagement, -health-management (accepted; health is udev's) */
         ConfigByPath intel_by_path;     /* intel.byPath, -bypath (default single) */
         bool intel_cdi_devices;         /* intel.cdiDevices: name CDI devices in Allocate answers */
+        char *intel_memory_override;    /* intel.memoryOverride, GPU_MEMORY_OVERRIDE (bytes, probe parses) */
+        char *intel_memory_reserved;    /* intel.memoryReserved, GPU_MEMORY_RESERVED (bytes, probe parses) */
+        uint32_t intel_pci_grouping_level; /* intel.pciGroupingLevel, GPU_PCI_GROUPING_LEVEL (0..64) */
+
+        /* Probe outputs; NULL (empty value) disables. */
+        char *labels_feature_file;      /* labels.featureFile, KGPU_LABELS_FEATURE_FILE */
+        char *cdi_spec_directory;       /* cdi.specDirectory, KGPU_CDI_SPEC_DIRECTORY (default /var/run/cdi) */
 } Config;
 
 Config *config_free(Config *c);
