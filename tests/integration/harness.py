@@ -242,7 +242,10 @@ class Node:
     """A simulated node. Use as a context manager or call start()/stop()."""
 
     def __init__(self, build_root=None, layout='two-gpus', broker=True, grpcd=True, kubelet=True,
-                 verbose=None, extra_env=None):
+                 verbose=None, extra_env=None, config_extra='', broker_args=(), resources=None):
+        # config_extra: YAML appended to kgpu.yaml; broker_args: extra kgpu-brokerd
+        # arguments; resources: the resource names start() waits for (default: the
+        # two of layout "two-gpus").
         self.build_root = build_root or find_build_root()
         # the simulator caches its generated python modules under the build tree
         os.environ.setdefault('KGPU_BUILD_ROOT', self.build_root)
@@ -253,6 +256,9 @@ class Node:
         self.want_kubelet = kubelet
         self.verbose = os.environ.get('KGPU_TEST_VERBOSE') == '1' if verbose is None else verbose
         self.extra_env = extra_env or {}
+        self.config_extra = config_extra
+        self.broker_args = list(broker_args)
+        self.resources = list(resources) if resources is not None else list(TWO_GPUS.keys())
         self.root = is_root()
         self.tmp = None
         self.t0 = time.monotonic()
@@ -328,6 +334,7 @@ class Node:
                     '  devicePluginPath: %s\n'
                     '  podResourcesSocket: %s\n' % (self.state_dir, self.plugin_dir,
                                                     self.pod_resources_socket))
+            f.write(self.config_extra)
         os.chmod(self.config_file, 0o644)
 
         self._start_bus()
@@ -343,8 +350,8 @@ class Node:
         if self.want_grpcd:
             self.start_grpcd()
             if self.want_kubelet:
-                self.wait_for(lambda: self.kubelet.wait_connected(TWO_GPUS.keys(), timeout=1),
-                              timeout, self.daemons['grpc'], 'registration of both resources')
+                self.wait_for(lambda: self.kubelet.wait_connected(self.resources, timeout=1),
+                              timeout, self.daemons['grpc'], 'registration of %s' % ', '.join(self.resources))
 
     def wait_for(self, fn, timeout, daemon=None, what='condition'):
         deadline = time.monotonic() + timeout
@@ -444,6 +451,8 @@ class Node:
             'LD_PRELOAD': 'libumockdev-preload.so.0',
             'UMOCKDEV_DIR': self.umockdev_dir,
             'KGPU_RUNTIME_DIRECTORY': os.path.join(self.tmp, 'run', 'probe'),
+            'KGPU_LABELS_FEATURE_FILE': self.feature_file,
+            'KGPU_CDI_SPEC_DIRECTORY': self.cdi_dir,
         })
         d = Daemon(self, 'probe', [self.bin('daemons', 'probe', 'kgpu-probed')], env).start()
         self.daemons['probe'] = d
@@ -451,7 +460,7 @@ class Node:
 
     def start_broker(self):
         env = self._env({'KGPU_RUNTIME_DIRECTORY': os.path.join(self.tmp, 'run', 'broker')})
-        d = Daemon(self, 'broker', [self.bin('daemons', 'broker', 'kgpu-brokerd')], env)
+        d = Daemon(self, 'broker', [self.bin('daemons', 'broker', 'kgpu-brokerd')] + self.broker_args, env)
         old = self.daemons.get('broker')
         if old is not None:
             old.stop()  # reaps a killed instance, closes its notify socket
