@@ -75,6 +75,8 @@ static int run(int argc, char *argv[]) {
         r = manager_start(m);
         if (r < 0)
                 return r;
+        /* WatchdogSec= in the unit: sd-event pings at half the interval. */
+        (void) sd_event_set_watchdog(m->event, true);
 
         log_struct(LOG_INFO, KGPU_MESSAGE_STARTED, "kgpu-probed %s started, %zu GPUs.",
                    KGPU_VERSION, m->n_gpus);

@@ -1,0 +1,61 @@
+#!/bin/sh
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# build-packages.sh — builds the .deb and/or .rpm of the working tree into OUTDIR.
+#
+# Contract: `build-packages.sh deb|rpm SRCDIR OUTDIR`. The tracked and untracked (not
+# ignored) files of SRCDIR are copied to a scratch tree, so what is tested is the
+# working tree, not the last commit. Results are cached: OUTDIR/<kind>-<hash>/ keeps
+# the packages of a tree whose content hash is <hash>; the script prints that
+# directory. Concurrent callers serialise on OUTDIR/.lock-<kind>. Build logs go to
+# OUTDIR/<kind>-<hash>.log; on failure its tail is printed and the exit status is 1.
+set -eu
+
+kind=$1 src=$(cd "$2" && pwd) out=$3
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+
+# Content hash of every file that goes into the package build.
+files=$(cd "$src" && git ls-files --cached --others --exclude-standard -z | xargs -0 -n1 sh -c 'test -f "$0" && echo "$0"' | LC_ALL=C sort)
+hash=$(cd "$src" && printf '%s\n' "$files" | tr '\n' '\0' | xargs -0 sha256sum | sha256sum | cut -c1-16)
+dest=$out/$kind-$hash
+log=$out/$kind-$hash.log
+
+exec 9>"$out/.lock-$kind"
+flock 9
+if [ -f "$dest/.done" ]; then
+        echo "$dest"
+        exit 0
+fi
+rm -rf "$dest" "$out/$kind-tree"
+mkdir -p "$dest"
+tree=$out/$kind-tree/kgpu-0.1.0
+mkdir -p "$tree"
+(cd "$src" && printf '%s\n' "$files" | tr '\n' '\0' | xargs -0 cp --parents -t "$tree")
+
+fail() {
+        echo "$kind package build failed; last lines of $log:" >&2
+        tail -n 40 "$log" >&2
+        exit 1
+}
+
+case $kind in
+deb)
+        cp -r "$tree/packaging/deb/debian" "$tree/debian"
+        (cd "$tree" && dpkg-buildpackage -us -uc -b) >"$log" 2>&1 || fail
+        mv "$out/$kind-tree/"*.deb "$out/$kind-tree/"*.changes "$out/$kind-tree/"*.buildinfo "$dest/"
+        ;;
+rpm)
+        top=$out/$kind-tree/rpmbuild
+        mkdir -p "$top/SOURCES"
+        (cd "$out/$kind-tree" && tar -cJf "$top/SOURCES/kgpu-0.1.0.tar.xz" kgpu-0.1.0)
+        rpmbuild --define "_topdir $top" -bb "$tree/packaging/rpm/kgpu.spec" >"$log" 2>&1 || fail
+        find "$top/RPMS" -name '*.rpm' -exec mv -t "$dest" {} +
+        ;;
+*)
+        echo "usage: build-packages.sh deb|rpm SRCDIR OUTDIR" >&2
+        exit 2
+        ;;
+esac
+rm -rf "$out/$kind-tree"
+touch "$dest/.done"
+echo "$dest"

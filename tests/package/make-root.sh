@@ -1,0 +1,52 @@
+#!/bin/sh
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# make-root.sh — prints the path of a cached, debootstrapped Debian bookworm root for
+# the package install test, creating it when missing.
+#
+# Contract: `make-root.sh [CACHE_DIR]` (default $KGPU_TEST_CACHE or /var/cache/kgpu-test).
+# The root is named after a hash of the package list below, so changing the list makes
+# a new root; it is built in a temporary directory and renamed into place, so a half
+# built root is never used. Needs root and the Debian archive (the mirror of the host's
+# apt sources, overridable with KGPU_DEBIAN_MIRROR). The root itself is never modified
+# afterwards: the test boots it with --volatile=overlay. Exit 0 and the path on stdout,
+# or non-zero with the reason on stderr.
+set -eu
+
+cache=${1:-${KGPU_TEST_CACHE:-/var/cache/kgpu-test}}
+# The runtime dependencies of the .deb are in the root so that dpkg -i works offline;
+# python3-grpcio/-grpc-tools/-protobuf run the kubelet simulator, umockdev the
+# simulated GPUs, acl checks the tmpfiles.d ACLs.
+pkgs=systemd,systemd-sysv,dbus,udev,acl,python3,python3-grpcio,python3-grpc-tools,python3-protobuf,umockdev,libnghttp2-14,libprotobuf-c1,libyaml-0-2,libsqlite3-0,libcap-ng0
+
+mirror=${KGPU_DEBIAN_MIRROR:-}
+if [ -z "$mirror" ]; then
+        mirror=$(sed -n 's/^URIs: *\(http[^ ]*debian\)$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1)
+        [ -n "$mirror" ] || mirror=$(sed -n 's/^deb \(http[^ ]*debian\) bookworm .*/\1/p' /etc/apt/sources.list 2>/dev/null | head -n1)
+        [ -n "$mirror" ] || mirror=http://deb.debian.org/debian
+fi
+
+key=$(printf '%s\n' "$pkgs" | sha256sum | cut -c1-12)
+root=$cache/bookworm-$key
+if [ -x "$root/usr/lib/systemd/systemd" ]; then
+        echo "$root"
+        exit 0
+fi
+
+command -v debootstrap >/dev/null || { echo "debootstrap is not installed" >&2; exit 1; }
+mkdir -p "$cache"
+exec 9>"$cache/.lock"
+flock 9
+if [ ! -x "$root/usr/lib/systemd/systemd" ]; then
+        tmp=$(mktemp -d "$cache/tmp.XXXXXX")
+        if ! debootstrap --variant=minbase --include="$pkgs" bookworm "$tmp" "$mirror" >"$tmp.log" 2>&1; then
+                tail -n 20 "$tmp.log" >&2
+                rm -rf "$tmp"
+                echo "debootstrap failed (mirror $mirror)" >&2
+                exit 1
+        fi
+        # The container gets no network and needs no apt lists or cached debs.
+        rm -rf "$tmp/var/cache/apt/archives/"*.deb "$tmp/var/lib/apt/lists/"* "$tmp.log"
+        rm -rf "$root"
+        mv "$tmp" "$root"
+fi
+echo "$root"
