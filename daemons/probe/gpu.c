@@ -34,6 +34,10 @@ int gpu_new(const char *id, Gpu **ret) {
         g->health = strdup(GPU_HEALTHY);
         g->health_reason = strdup("");
         g->device_nodes = calloc(1, sizeof(char *));
+        g->by_path_nodes = calloc(1, sizeof(char *));
+        g->physical_function = strdup("");
+        if (!g->by_path_nodes || !g->physical_function)
+                return -ENOMEM;
         if (!g->id || !g->vendor || !g->driver || !g->pci_address || !g->product ||
             !g->card_node || !g->render_node || !g->uuid || !g->health ||
             !g->health_reason || !g->device_nodes)
@@ -59,6 +63,8 @@ Gpu *gpu_free(Gpu *g) {
         free(g->uuid);
         free(g->health);
         free(g->health_reason);
+        strv_free(g->by_path_nodes);
+        free(g->physical_function);
         free(g->card_syspath);
         free(g->render_syspath);
         return mfree(g);
@@ -111,6 +117,8 @@ int gpu_diff_properties(const Gpu *a, const Gpu *b, char ***ret) {
         DIFF(!streq(a->uuid, b->uuid), "Uuid");
         DIFF(!streq(a->health, b->health), "Health");
         DIFF(!streq(a->health_reason, b->health_reason), "HealthReason");
+        DIFF(!strv_equal(a->by_path_nodes, b->by_path_nodes), "ByPathNodes");
+        DIFF(!streq(a->physical_function, b->physical_function), "PhysicalFunction");
 #undef DIFF
         if (r < 0)
                 return r;
@@ -120,11 +128,12 @@ int gpu_diff_properties(const Gpu *a, const Gpu *b, char ***ret) {
 }
 
 int gpu_copy_properties(Gpu *dst, const Gpu *src) {
-        _cleanup_strv_free_ char **nodes = NULL;
+        _cleanup_strv_free_ char **nodes = NULL, **by_path = NULL;
         int r;
 
         nodes = strv_copy(src->device_nodes);
-        if (!nodes)
+        by_path = strv_copy(src->by_path_nodes);
+        if (!nodes || !by_path)
                 return -ENOMEM;
 
         if ((r = free_and_strdup(&dst->vendor, src->vendor)) < 0 ||
@@ -136,6 +145,7 @@ int gpu_copy_properties(Gpu *dst, const Gpu *src) {
             (r = free_and_strdup(&dst->uuid, src->uuid)) < 0 ||
             (r = free_and_strdup(&dst->health, src->health)) < 0 ||
             (r = free_and_strdup(&dst->health_reason, src->health_reason)) < 0 ||
+            (r = free_and_strdup(&dst->physical_function, src->physical_function)) < 0 ||
             (r = free_and_strdup(&dst->card_syspath, src->card_syspath)) < 0 ||
             (r = free_and_strdup(&dst->render_syspath, src->render_syspath)) < 0)
                 return r;
@@ -145,8 +155,12 @@ int gpu_copy_properties(Gpu *dst, const Gpu *src) {
         dst->memory_bytes = src->memory_bytes;
         dst->tiles = src->tiles;
         dst->numa_node = src->numa_node;
+        dst->pci_class = src->pci_class;
+        dst->memory_known = src->memory_known;
         strv_free(dst->device_nodes);
         dst->device_nodes = TAKE_PTR(nodes);
+        strv_free(dst->by_path_nodes);
+        dst->by_path_nodes = TAKE_PTR(by_path);
         return 0;
 }
 
@@ -268,4 +282,49 @@ uint64_t gpu_memory_total(uint64_t per_tile, uint32_t tiles) {
         if (per_tile > UINT64_MAX / tiles)
                 return 0;
         return per_tile * tiles;
+}
+
+void gpu_apply_memory_policy(Gpu *g, uint64_t override, uint64_t reserved) {
+        if (!g->memory_known)
+                g->memory_bytes = override;
+        else
+                g->memory_bytes = g->memory_bytes > reserved ? g->memory_bytes - reserved : 0;
+}
+
+int gpu_parse_memory_env(const char *s, uint64_t *ret) {
+        uint64_t v;
+        int r;
+
+        if (!str_is_bounded(s) || isempty(s))
+                return -EINVAL;
+        for (const char *p = s; *p; p++)
+                if (!isdigit((unsigned char) *p))
+                        return -EINVAL;
+        r = safe_atou64(s, &v);
+        if (r < 0)
+                return r;
+        if (v > (UINT64_C(1) << 60))
+                return -ERANGE;
+        *ret = v;
+        return 0;
+}
+
+int gpu_parse_pci_class(const char *s, uint32_t *ret) {
+        const char *p;
+        uint32_t v = 0;
+        size_t n = 0;
+
+        if (!str_is_bounded(s))
+                return -EINVAL;
+        p = startswith(s, "0x") ?: s;
+        for (; *p; p++, n++) {
+                if (!isxdigit((unsigned char) *p) || n >= 6)
+                        return -EINVAL;
+                v = v * 16 + (uint32_t) (isdigit((unsigned char) *p) ? *p - '0'
+                                                                    : (tolower((unsigned char) *p) - 'a' + 10));
+        }
+        if (n == 0)
+                return -EINVAL;
+        *ret = v;
+        return 0;
 }

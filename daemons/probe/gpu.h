@@ -43,6 +43,13 @@ typedef struct Gpu {
         char *uuid;
         char *health;           /* GPU_HEALTHY or GPU_UNHEALTHY */
         char *health_reason;
+        uint32_t pci_class;     /* 0x030000 display VGA, 0x038000 display other */
+        char **by_path_nodes;   /* udev's /dev/dri/by-path links of card and render node */
+        char *physical_function; /* PCI address of the SR-IOV PF for a VF, else "" */
+
+        /* Not exported: whether memory_bytes was read from sysfs (GPU_MEMORY_OVERRIDE
+         * applies only when it was not). */
+        bool memory_known;
 
         /* Not exported: udev syspaths of the DRM nodes, to match remove events whose
          * sysfs entries are already gone. */
@@ -91,3 +98,14 @@ bool gpu_driver_is_intel(const char *driver);
 
 /* lmem per tile x tiles; 0 if per_tile is 0 or the product overflows. */
 uint64_t gpu_memory_total(uint64_t per_tile, uint32_t tiles);
+
+/* GPU_MEMORY_OVERRIDE / GPU_MEMORY_RESERVED as the Intel labeler applies them: a GPU whose
+ * memory was read gets it minus reserved (saturating at 0), one whose memory could not
+ * be read gets override (reserved not subtracted). */
+void gpu_apply_memory_policy(Gpu *g, uint64_t override, uint64_t reserved);
+
+/* Parses a GPU_MEMORY_* value: unsigned decimal bytes, at most 2^60. */
+int gpu_parse_memory_env(const char *s, uint64_t *ret);
+
+/* "0x038000" -> 0x038000 (at most 6 hex digits). */
+int gpu_parse_pci_class(const char *s, uint32_t *ret);

@@ -58,6 +58,16 @@ static int run(int argc, char *argv[]) {
         if (r < 0)
                 return log_error_errno(r, "Failed to allocate manager: %m");
 
+        {
+                const char *key = NULL;
+
+                r = manager_configure(m, config, &key);
+                if (r == -EINVAL)
+                        return log_error_errno(r, "Invalid configuration: %s: expected a byte count.", key);
+                if (r < 0)
+                        return log_oom();
+        }
+
         r = manager_set_broker_user(m, config->broker_user);
         if (r < 0)
                 log_notice_errno(r, "Broker user '%s' not found, only root may call Rescan: %m",

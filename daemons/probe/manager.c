@@ -18,7 +18,9 @@
 #include "common/bus-names.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "daemons/probe/labels-intel.h"
 #include "daemons/probe/manager.h"
+#include "daemons/probe/outputs.h"
 #include "daemons/probe/probe-dbus.h"
 #include "daemons/probe/udev-scan.h"
 
@@ -52,6 +54,9 @@ int manager_new(Manager **ret) {
 Manager *manager_free(Manager *m) {
         if (!m)
                 return NULL;
+        sd_event_source_unref(m->outputs_source);
+        free(m->feature_file);
+        free(m->cdi_directory);
         sd_event_source_unref(m->monitor_source);
         if (m->monitor)
                 udev_monitor_unref(m->monitor);
@@ -77,6 +82,95 @@ int manager_set_broker_user(Manager *m, const char *user) {
                 return errno > 0 ? -errno : -ESRCH;
         m->broker_uid = pw->pw_uid;
         return 0;
+}
+
+int manager_configure(Manager *m, const Config *c, const char **ret_key) {
+        uint64_t override = 0, reserved = 0;
+
+        if (c->intel_memory_override && gpu_parse_memory_env(c->intel_memory_override, &override) < 0) {
+                *ret_key = "intel.memoryOverride (GPU_MEMORY_OVERRIDE)";
+                return -EINVAL;
+        }
+        if (c->intel_memory_reserved && gpu_parse_memory_env(c->intel_memory_reserved, &reserved) < 0) {
+                *ret_key = "intel.memoryReserved (GPU_MEMORY_RESERVED)";
+                return -EINVAL;
+        }
+        if (free_and_strdup(&m->feature_file, c->labels_feature_file) < 0 ||
+            free_and_strdup(&m->cdi_directory, c->cdi_spec_directory) < 0)
+                return -ENOMEM;
+        m->memory_override = override;
+        m->memory_reserved = reserved;
+        m->pci_grouping_level = MIN(c->intel_pci_grouping_level, (uint32_t) LABELS_INTEL_PCI_LEVEL_MAX);
+        return 0;
+}
+
+int manager_write_outputs(Manager *m) {
+        int r = 0, k;
+
+        if (m->feature_file) {
+                _cleanup_strv_free_ char **labels = NULL;
+                _cleanup_free_ char *text = NULL;
+
+                k = labels_intel_build(m->gpus, m->n_gpus, m->pci_grouping_level, &labels);
+                if (k >= 0) {
+                        text = strv_join(labels, "\n");
+                        k = text ? 0 : -ENOMEM;
+                }
+                if (k >= 0) {
+                        _cleanup_free_ char *t = NULL;
+
+                        if (asprintf(&t, "%s\n", text) < 0)
+                                k = -ENOMEM;
+                        else
+                                k = outputs_write_atomic(m->feature_file, t, strlen(t));
+                }
+                if (k < 0) {
+                        log_warning_errno(k, "Failed to write the node labels to %s, ignoring: %m", m->feature_file);
+                        r = k;
+                }
+        }
+        if (m->cdi_directory) {
+                _cleanup_free_ char *spec = NULL, *path = NULL;
+
+                k = outputs_cdi_spec(m->gpus, m->n_gpus, &spec);
+                if (k >= 0)
+                        k = asprintf(&path, "%s/%s", m->cdi_directory, OUTPUTS_CDI_FILE) < 0 ? -ENOMEM : 0;
+                if (k >= 0)
+                        k = outputs_write_atomic(path, spec, strlen(spec));
+                if (k < 0) {
+                        log_warning_errno(k, "Failed to write the CDI spec to %s, ignoring: %m", m->cdi_directory);
+                        if (r == 0)
+                                r = k;
+                }
+        }
+        return r;
+}
+
+static int on_outputs(sd_event_source *s, void *userdata) {
+        Manager *m = userdata;
+
+        (void) manager_write_outputs(m);
+        return 0;
+}
+
+/* Inventory changed: rewrite the files once, after this loop iteration's events (so the
+ * D-Bus signals go out first and a burst of uevents costs one write). */
+static void manager_schedule_outputs(Manager *m) {
+        int r;
+
+        if (!m->event || (!m->feature_file && !m->cdi_directory))
+                return;
+        if (m->outputs_source) {
+                r = sd_event_source_set_enabled(m->outputs_source, SD_EVENT_ONESHOT);
+        } else {
+                r = sd_event_add_defer(m->event, &m->outputs_source, on_outputs, m);
+                if (r >= 0) {
+                        (void) sd_event_source_set_description(m->outputs_source, "outputs");
+                        r = sd_event_source_set_enabled(m->outputs_source, SD_EVENT_ONESHOT);
+                }
+        }
+        if (r < 0)
+                log_warning_errno(r, "Failed to schedule the label and CDI update, ignoring: %m");
 }
 
 Gpu *manager_find_gpu(Manager *m, const char *id) {
@@ -135,8 +229,10 @@ int manager_upsert_gpu(Manager *m, Gpu *g) {
                 r = probe_dbus_emit_gpu_changed(m, old, changed);
                 if (r < 0)
                         log_debug_errno(r, "Failed to emit PropertiesChanged for %s, ignoring: %m", old->id);
-                if (strv_length(changed) > 0)
+                if (strv_length(changed) > 0) {
                         manager_notify_status(m);
+                        manager_schedule_outputs(m);
+                }
                 return 0;
         }
 
@@ -159,6 +255,7 @@ int manager_upsert_gpu(Manager *m, Gpu *g) {
         if (r < 0)
                 log_debug_errno(r, "Failed to emit InterfacesAdded for %s, ignoring: %m", g->id);
         manager_notify_status(m);
+        manager_schedule_outputs(m);
         return 1;
 }
 
@@ -175,6 +272,7 @@ static int manager_set_gpu_removed(Manager *m, Gpu *g) {
         log_struct(LOG_WARNING, KGPU_MESSAGE_GPU_REMOVED,
                    "GPU %s (%s) was removed, marking it unhealthy.", g->id, g->card_node);
         manager_notify_status(m);
+        manager_schedule_outputs(m);
         return 1;
 }
 
@@ -212,6 +310,7 @@ int manager_handle_device(Manager *m, struct udev_device *d) {
         r = udev_scan_read_gpu(m->udev, pci, &g);
         if (r <= 0)
                 return r;
+        gpu_apply_memory_policy(g, m->memory_override, m->memory_reserved);
         return manager_upsert_gpu(m, g);
 }
 
@@ -267,7 +366,10 @@ int manager_rescan(Manager *m) {
 
         r = 0;
         for (Gpu **f = found; *f; f++) {
-                int k = manager_upsert_gpu(m, TAKE_PTR(*f));
+                int k;
+
+                gpu_apply_memory_policy(*f, m->memory_override, m->memory_reserved);
+                k = manager_upsert_gpu(m, TAKE_PTR(*f));
 
                 if (k < 0 && r == 0)
                         r = k;
@@ -340,6 +442,8 @@ int manager_start(Manager *m) {
         r = manager_rescan(m);
         if (r < 0)
                 return log_error_errno(r, "Failed to enumerate GPUs: %m");
+        /* Labels and CDI spec before READY=1 (failures are logged and not fatal). */
+        (void) manager_write_outputs(m);
 
         r = manager_connect_bus(m);
         if (r < 0)

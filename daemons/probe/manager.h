@@ -21,6 +21,7 @@
 #include <systemd/sd-event.h>
 
 #include "common/cleanup.h"
+#include "common/config.h"
 #include "daemons/probe/gpu.h"
 
 typedef struct Manager {
@@ -33,6 +34,14 @@ typedef struct Manager {
         Gpu **gpus;             /* sorted by id */
         size_t n_gpus;
 
+        /* Intel options and the generated files (labels, CDI spec). */
+        uint64_t memory_override;       /* GPU_MEMORY_OVERRIDE */
+        uint64_t memory_reserved;       /* GPU_MEMORY_RESERVED */
+        unsigned pci_grouping_level;    /* GPU_PCI_GROUPING_LEVEL */
+        char *feature_file;             /* NFD feature file, NULL: none */
+        char *cdi_directory;            /* CDI spec directory, NULL: none */
+        sd_event_source *outputs_source; /* defer: rewrite them once per loop iteration */
+
         uid_t broker_uid;       /* (uid_t) -1 when the broker user does not exist */
         uint64_t start_time;    /* CLOCK_REALTIME usec */
 } Manager;
@@ -43,6 +52,14 @@ DEFINE_CLEANUP_FUNC(Manager, manager_free);
 
 /* Resolves the broker user (may be NULL or unknown: then only root may call Rescan). */
 int manager_set_broker_user(Manager *m, const char *user);
+
+/* Takes the Intel options and output paths from the configuration. Returns -EINVAL and
+ * the offending key in *ret_key for an invalid GPU_MEMORY_* value. */
+int manager_configure(Manager *m, const Config *c, const char **ret_key);
+
+/* Writes the NFD feature file and the CDI spec from the GPU table now (each when its path
+ * is set). Returns the first error. */
+int manager_write_outputs(Manager *m);
 
 /* Opens libudev and the monitor, enumerates, connects to the system bus, exports the
  * objects and takes the bus name. Logs failures. */

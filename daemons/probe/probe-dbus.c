@@ -30,6 +30,14 @@ static int property_get_device_nodes(sd_bus *bus, const char *path, const char *
         return sd_bus_message_append_strv(reply, g->device_nodes);
 }
 
+static int property_get_by_path_nodes(sd_bus *bus, const char *path, const char *interface,
+                                      const char *property, sd_bus_message *reply,
+                                      void *userdata, sd_bus_error *error) {
+        Gpu *g = userdata;
+
+        return sd_bus_message_append_strv(reply, g->by_path_nodes);
+}
+
 int probe_dbus_check_sender(Manager *m, sd_bus_message *message, sd_bus_error *error) {
         _cleanup_(sd_bus_creds_unrefp) sd_bus_creds *creds = NULL;
         uid_t uid;
@@ -97,6 +105,10 @@ static const sd_bus_vtable gpu_vtable[] = {
         GPU_PROP("Uuid", "s", uuid),
         GPU_PROP("Health", "s", health),
         GPU_PROP("HealthReason", "s", health_reason),
+        GPU_PROP_CONST("PciClass", "u", pci_class),
+        SD_BUS_PROPERTY("ByPathNodes", "as", property_get_by_path_nodes, 0,
+                        SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        GPU_PROP("PhysicalFunction", "s", physical_function),
         SD_BUS_VTABLE_END
 };
 

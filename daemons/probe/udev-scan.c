@@ -9,7 +9,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/util.h"
@@ -95,8 +97,60 @@ struct udev_device *udev_scan_pci_parent(struct udev_device *drm) {
         return p ? udev_device_ref(p) : NULL;
 }
 
+static bool by_path_link_is_valid(const char *l) {
+        const char *p = startswith(l, UDEV_SCAN_BY_PATH_DIR);
+
+        if (!p || isempty(p) || strlen(l) > 255)
+                return false;
+        for (; *p; p++)
+                if (!isalnum((unsigned char) *p) && !strchr(":.-_", *p))
+                        return false;
+        return true;
+}
+
+/* udev's /dev/dri/by-path links of one DRM node. libudev lists devlinks from the udev
+ * database; the DEVLINKS property carries the same names (and is all an umockdev
+ * testbed has), so both are read, duplicates dropped. */
+static int collect_by_path(struct udev_device *d, char ***l) {
+        _cleanup_free_ char *copy = NULL;
+        struct udev_list_entry *i;
+        const char *prop;
+        char *state = NULL;
+        int r;
+
+        udev_list_entry_foreach(i, udev_device_get_devlinks_list_entry(d)) {
+                const char *name = udev_list_entry_get_name(i);
+
+                if (!name || !by_path_link_is_valid(name) || strv_contains(*l, name))
+                        continue;
+                if (strv_length(*l) >= UDEV_SCAN_BY_PATH_MAX)
+                        return 0;
+                r = strv_extend(l, name);
+                if (r < 0)
+                        return r;
+        }
+
+        prop = udev_device_get_property_value(d, "DEVLINKS");
+        if (isempty(prop) || strlen(prop) > 4096)
+                return 0;
+        copy = strdup(prop);
+        if (!copy)
+                return -ENOMEM;
+        for (char *w = strtok_r(copy, " ", &state); w; w = strtok_r(NULL, " ", &state)) {
+                if (!by_path_link_is_valid(w) || strv_contains(*l, w))
+                        continue;
+                if (strv_length(*l) >= UDEV_SCAN_BY_PATH_MAX)
+                        return 0;
+                r = strv_extend(l, w);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
 static int read_drm_children(struct udev *udev, struct udev_device *pci, Gpu *g) {
         _cleanup_(udev_enumerate_unrefp) struct udev_enumerate *e = NULL;
+        _cleanup_strv_free_ char **card_links = NULL, **render_links = NULL;
         struct udev_list_entry *i;
         int r;
 
@@ -147,14 +201,69 @@ static int read_drm_children(struct udev *udev, struct udev_device *pci, Gpu *g)
                 r = free_and_strdup(syspath_p, syspath);
                 if (r < 0)
                         return r;
+                r = collect_by_path(d, kind == GPU_NODE_CARD ? &card_links : &render_links);
+                if (r < 0)
+                        return r;
         }
+
+        /* Card links first, then render links. */
+        for (char **l = card_links; l && *l; l++)
+                if ((r = strv_extend(&g->by_path_nodes, *l)) < 0)
+                        return r;
+        for (char **l = render_links; l && *l; l++)
+                if ((r = strv_extend(&g->by_path_nodes, *l)) < 0)
+                        return r;
         return 0;
+}
+
+/* xe: the sum of <pci>/tile<N>/physical_vram_size_bytes. Returns 1 and the sum if at
+ * least one tile's value was valid, 0 if none was. */
+static int read_xe_vram(int pci_fd, uint64_t *ret) {
+        uint64_t total = 0;
+        bool found = false;
+
+        for (unsigned t = 0; t < 10; t++) {
+                _cleanup_free_ char *v = NULL;
+                char name[64];
+                uint64_t b;
+
+                snprintf(name, sizeof(name), "tile%u/physical_vram_size_bytes", t);
+                if (attr_read(pci_fd, name, &v) < 0)
+                        continue;
+                if (gpu_parse_memory_bytes(v, &b) < 0 || total > UINT64_MAX - b)
+                        continue;
+                total += b;
+                found = true;
+        }
+        if (!found)
+                return 0;
+        *ret = total;
+        return 1;
+}
+
+/* The PF's PCI address from the VF's physfn link, "" when there is none or it is odd. */
+static int read_physfn(int pci_fd, Gpu *g) {
+        char buf[256];
+        const char *base;
+        ssize_t n;
+
+        n = readlinkat(pci_fd, "physfn", buf, sizeof(buf) - 1);
+        if (n < 0 || n >= (ssize_t) sizeof(buf) - 1)
+                return 0;
+        buf[n] = 0;
+        base = strrchr(buf, '/');
+        base = base ? base + 1 : buf;
+        if (!gpu_pci_address_is_valid(base))
+                return 0;
+        return free_and_strdup(&g->physical_function, base);
 }
 
 int udev_scan_read_gpu(struct udev *udev, struct udev_device *pci, Gpu **ret) {
         _cleanup_(gpu_freep) Gpu *g = NULL;
         _cleanup_close_ int pci_fd = -EBADF, card_fd = -EBADF;
-        _cleanup_free_ char *vendor = NULL, *device = NULL, *numa = NULL, *lmem = NULL;
+        _cleanup_free_ char *vendor = NULL, *device = NULL, *numa = NULL, *lmem = NULL,
+                *numvfs = NULL, *class = NULL;
+        uint32_t n_vfs = 0;
         const char *address, *driver, *syspath;
         uint16_t vendor_id;
         uint64_t per_tile = 0;
@@ -178,6 +287,13 @@ int udev_scan_read_gpu(struct udev *udev, struct udev_device *pci, Gpu **ret) {
                 return 0;
         }
 
+        /* A PF with VFs enabled stays with the host: only its VFs are served. */
+        r = attr_read(pci_fd, "sriov_numvfs", &numvfs);
+        if (r >= 0 && safe_atou32(numvfs, &n_vfs) >= 0 && n_vfs > 0) {
+                log_debug("%s: SR-IOV PF with %u VFs enabled, leaving it out.", address, n_vfs);
+                return 0;
+        }
+
         r = gpu_new(address, &g);
         if (r < 0)
                 return r;
@@ -192,6 +308,16 @@ int udev_scan_read_gpu(struct udev *udev, struct udev_device *pci, Gpu **ret) {
                 log_debug("%s: unreadable or invalid device id, using 0.", address);
                 g->device_id = 0;
         }
+
+        r = attr_read(pci_fd, "class", &class);
+        if (r < 0 || gpu_parse_pci_class(class, &g->pci_class) < 0) {
+                log_debug("%s: unreadable or invalid class, using 0.", address);
+                g->pci_class = 0;
+        }
+
+        r = read_physfn(pci_fd, g);
+        if (r < 0)
+                return r;
 
         r = attr_read(pci_fd, "numa_node", &numa);
         if (r < 0 || gpu_parse_numa_node(numa, &g->numa_node) < 0) {
@@ -213,13 +339,20 @@ int udev_scan_read_gpu(struct udev *udev, struct udev_device *pci, Gpu **ret) {
                 if (card_fd >= 0) {
                         g->tiles = udev_scan_count_tiles(card_fd);
                         r = attr_read(card_fd, "lmem_total_bytes", &lmem);
-                        if (r >= 0 && gpu_parse_memory_bytes(lmem, &per_tile) < 0) {
-                                log_debug("%s: invalid lmem_total_bytes, using 0.", address);
-                                per_tile = 0;
+                        if (r >= 0) {
+                                if (gpu_parse_memory_bytes(lmem, &per_tile) < 0) {
+                                        log_debug("%s: invalid lmem_total_bytes, using 0.", address);
+                                        per_tile = 0;
+                                } else
+                                        g->memory_known = true;
                         }
                 }
         }
         g->memory_bytes = gpu_memory_total(per_tile, g->tiles);
+        if (streq(driver, "xe") && read_xe_vram(pci_fd, &g->memory_bytes) > 0)
+                g->memory_known = true;
+        else if (g->memory_known && g->memory_bytes == 0 && per_tile > 0)
+                g->memory_known = false;        /* overflow */
 
         r = gpu_update_device_nodes(g);
         if (r < 0)

@@ -16,12 +16,19 @@
 
 #include "daemons/probe/gpu.h"
 
+/* udev's by-path links of DRM nodes, and the most kept per GPU. */
+#define UDEV_SCAN_BY_PATH_DIR "/dev/dri/by-path/"
+#define UDEV_SCAN_BY_PATH_MAX 8
+
 /* Most GPUs the probe tracks; further ones are ignored. */
 #define UDEV_SCAN_GPUS_MAX 256
 
 /* Reads the GPU behind PCI device pci. Returns 1 and *ret for an Intel GPU (vendor
  * 0x8086, driver i915 or xe) with at least one DRM card or render node, 0 (ret untouched)
- * for anything else. */
+ * for anything else, including an SR-IOV PF with sriov_numvfs > 0 (its VFs are GPUs,
+ * with PhysicalFunction set from their physfn link). Memory: i915 lmem_total_bytes x
+ * tiles; xe the sum of tile<N>/physical_vram_size_bytes (else as i915); memory_known
+ * says whether it was read (GPU_MEMORY_* are applied by the caller). */
 int udev_scan_read_gpu(struct udev *udev, struct udev_device *pci, Gpu **ret);
 
 /* Enumerates every Intel GPU. *ret is a NULL-terminated array sorted by id; free it with

@@ -306,6 +306,9 @@ class Node:
         # Short prefix: unix socket paths are limited to 108 bytes.
         self.tmp = tempfile.mkdtemp(prefix='kgpu-it-')
         os.chmod(self.tmp, 0o755)
+        # The probe's generated files (NFD labels, CDI spec), never the host's.
+        self.feature_file = os.path.join(self.tmp, 'nfd', 'kgpu')
+        self.cdi_dir = os.path.join(self.tmp, 'cdi')
         for d in ('logs', 'notify', 'run', 'state', 'device-plugins', 'pod-resources'):
             os.mkdir(os.path.join(self.tmp, d))
         os.chmod(os.path.join(self.tmp, 'notify'), 0o755)

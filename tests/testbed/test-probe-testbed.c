@@ -277,7 +277,7 @@ static void wait_notify(Node *n, const char *want, uint64_t timeout_usec) {
 
 static void node_start_probe(Node *n) {
         _cleanup_free_ char *log = NULL, *notify = NULL, *e_dir = NULL, *e_bus = NULL, *e_notify = NULL,
-                *e_broker = NULL;
+                *e_broker = NULL, *e_labels = NULL, *e_cdi = NULL;
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
 
         check(asprintf(&notify, "%s/notify", n->tmp) > 0);
@@ -301,8 +301,11 @@ static void node_start_probe(Node *n) {
                 check(asprintf(&e_broker, "KGPU_BROKER_USER=%s", pw->pw_name) > 0);
         }
         check(e_broker);
+        /* The probe's generated files go to the temp directory, never the host's. */
+        check(asprintf(&e_labels, "KGPU_LABELS_FEATURE_FILE=%s/nfd/kgpu", n->tmp) > 0);
+        check(asprintf(&e_cdi, "KGPU_CDI_SPEC_DIRECTORY=%s/cdi", n->tmp) > 0);
         char *env[] = { (char *) "LD_PRELOAD=libumockdev-preload.so.0", e_dir, e_bus, e_notify,
-                        (char *) "KGPU_LOG_LEVEL=debug", e_broker,
+                        (char *) "KGPU_LOG_LEVEL=debug", e_broker, e_labels, e_cdi,
                         (char *) "ASAN_OPTIONS=verify_asan_link_order=0", NULL };
         n->probe_pid = spawn((char *[]) { (char *) arg_probed, NULL }, env, -1, -1, log);
         wait_notify(n, "READY=1", 10000000);
@@ -620,7 +623,7 @@ static void test_two_gpus(void) {
         get_basic(&n, p4, "DeviceId", 'q', &q);
         check(q == 0xe20b);
         get_basic(&n, p4, "MemoryBytes", 't', &t);
-        check(t == 0);
+        check(t == UINT64_C(12884901888));      /* xe: tile0/physical_vram_size_bytes */
 
         /* A change event re-reads the GPU and changes nothing (no signal expected). It
          * also warms up umockdev's uevent sender in the testbed, which is created on

@@ -87,7 +87,7 @@ START_TEST(test_enumerate_two_gpus) {
         ck_assert_str_eq(g->card_node, "/dev/dri/card1");
         ck_assert_str_eq(g->render_node, "/dev/dri/renderD129");
         ck_assert_uint_eq(g->tiles, 1);
-        ck_assert_uint_eq(g->memory_bytes, 0);
+        ck_assert_uint_eq(g->memory_bytes, UINT64_C(12884901888));     /* tile0/physical_vram_size_bytes */
         ck_assert_ptr_null(gpus[2]);
 }
 END_TEST

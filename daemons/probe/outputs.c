@@ -1,0 +1,190 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * outputs.c — atomic writes of the NFD feature file and the CDI spec (see outputs.h).
+ */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "daemons/probe/outputs.h"
+
+static int mkdir_parents(const char *dir) {
+        _cleanup_free_ char *p = strdup(dir);
+
+        if (!p)
+                return -ENOMEM;
+        for (char *s = p + 1; ; s++) {
+                if (*s != '/' && *s != 0)
+                        continue;
+                char c = *s;
+
+                *s = 0;
+                if (mkdir(p, 0755) < 0 && errno != EEXIST)
+                        return negative_errno();
+                *s = c;
+                if (c == 0)
+                        break;
+        }
+        return 0;
+}
+
+int outputs_write_atomic(const char *path, const char *data, size_t len) {
+        _cleanup_free_ char *dir = NULL, *tmp = NULL;
+        _cleanup_close_ int dir_fd = -EBADF, fd = -EBADF;
+        const char *name;
+        int r;
+
+        if (isempty(path) || path[0] != '/' || strlen(path) > 4096)
+                return -EINVAL;
+        name = strrchr(path, '/') + 1;
+        if (isempty(name) || streq(name, ".") || streq(name, ".."))
+                return -EINVAL;
+        dir = strndup(path, (size_t) (name - path));
+        if (!dir)
+                return -ENOMEM;
+        r = mkdir_parents(dir);
+        if (r < 0)
+                return r;
+        dir_fd = open(dir, O_RDONLY|O_DIRECTORY|O_CLOEXEC);
+        if (dir_fd < 0)
+                return negative_errno();
+
+        if (asprintf(&tmp, ".%s.XXXXXX", name) < 0)
+                return -ENOMEM;
+        /* mkostemp needs a path; build it under the directory fd's path. */
+        {
+                _cleanup_free_ char *full = NULL;
+
+                if (asprintf(&full, "%s%s", dir, tmp) < 0)
+                        return -ENOMEM;
+                fd = mkostemp(full, O_CLOEXEC);
+                if (fd < 0)
+                        return negative_errno();
+                free(tmp);
+                tmp = strdup(full + strlen(dir));
+                if (!tmp) {
+                        (void) unlink(full);
+                        return -ENOMEM;
+                }
+        }
+
+        for (const char *p = data; len > 0; ) {
+                ssize_t k = write(fd, p, len);
+
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        r = negative_errno();
+                        goto fail;
+                }
+                p += k;
+                len -= (size_t) k;
+        }
+        if (fchmod(fd, 0644) < 0 || fsync(fd) < 0) {
+                r = negative_errno();
+                goto fail;
+        }
+        if (renameat(dir_fd, tmp, dir_fd, name) < 0) {
+                r = negative_errno();
+                goto fail;
+        }
+        (void) fsync(dir_fd);
+        return 0;
+fail:
+        (void) unlinkat(dir_fd, tmp, 0);
+        return r;
+}
+
+bool outputs_cdi_name_is_valid(const char *name) {
+        /* CDI device names: letters, digits, '_', '-', '.', ':'; starting alphanumeric. */
+        if (isempty(name) || strlen(name) > 128)
+                return false;
+        for (const char *p = name; *p; p++) {
+                bool alnum = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9');
+
+                if (p == name && !alnum)
+                        return false;
+                if (!alnum && !strchr("_-.:", *p))
+                        return false;
+        }
+        return true;
+}
+
+/* Device node paths come from udev and were checked (absolute, bounded); JSON-escape
+ * the two characters that could still break the document. */
+static int json_append_str(char **buf, const char *s) {
+        _cleanup_free_ char *e = calloc(1, strlen(s) * 6 + 1);
+        size_t k = 0;
+        char *n;
+
+        if (!e)
+                return -ENOMEM;
+        for (const unsigned char *p = (const unsigned char *) s; *p; p++) {
+                if (*p == '"' || *p == '\\') {
+                        e[k++] = '\\';
+                        e[k++] = (char) *p;
+                } else if (*p < 0x20) {
+                        k += (size_t) sprintf(e + k, "\\u%04x", *p);
+                } else
+                        e[k++] = (char) *p;
+        }
+        if (asprintf(&n, "%s\"%s\"", *buf, e) < 0)
+                return -ENOMEM;
+        free(*buf);
+        *buf = n;
+        return 0;
+}
+
+static int append(char **buf, const char *s) {
+        char *n;
+
+        if (asprintf(&n, "%s%s", *buf, s) < 0)
+                return -ENOMEM;
+        free(*buf);
+        *buf = n;
+        return 0;
+}
+
+int outputs_cdi_spec(Gpu * const *gpus, size_t n, char **ret) {
+        _cleanup_free_ char *b = strdup("");
+        bool first = true;
+        int r;
+
+        if (!b)
+                return -ENOMEM;
+        if ((r = append(&b, "{\n  \"cdiVersion\": \"" OUTPUTS_CDI_VERSION "\",\n"
+                            "  \"kind\": \"" OUTPUTS_CDI_KIND "\",\n  \"devices\": [")) < 0)
+                return r;
+
+        for (size_t i = 0; i < n; i++) {
+                const Gpu *g = gpus[i];
+
+                if (!streq(g->health, GPU_HEALTHY) || !outputs_cdi_name_is_valid(g->id) ||
+                    strv_length(g->device_nodes) == 0)
+                        continue;
+                if ((r = append(&b, first ? "\n    {\n      \"name\": " : ",\n    {\n      \"name\": ")) < 0 ||
+                    (r = json_append_str(&b, g->id)) < 0 ||
+                    (r = append(&b, ",\n      \"containerEdits\": {\n        \"deviceNodes\": [")) < 0)
+                        return r;
+                first = false;
+                for (size_t k = 0; g->device_nodes[k]; k++) {
+                        if ((r = append(&b, k ? ",\n          { \"path\": " : "\n          { \"path\": ")) < 0 ||
+                            (r = json_append_str(&b, g->device_nodes[k])) < 0 ||
+                            (r = append(&b, ", \"type\": \"c\" }")) < 0)
+                                return r;
+                }
+                if ((r = append(&b, "\n        ]\n      }\n    }")) < 0)
+                        return r;
+        }
+        if ((r = append(&b, first ? "]\n}\n" : "\n  ]\n}\n")) < 0)
+                return r;
+
+        *ret = TAKE_PTR(b);
+        return 0;
+}
