@@ -23,6 +23,7 @@
 #include "common/util.h"
 #include "daemons/broker/broker-dbus.h"
 #include "daemons/broker/manager.h"
+#include "daemons/broker/reconcile.h"
 #include "daemons/broker/policy.h"
 #include "daemons/broker/resources.h"
 #include "daemons/broker/store.h"
@@ -102,7 +103,7 @@ static const char *strna_sender(sd_bus_message *msg) {
         return sd_bus_message_get_sender(msg) ?: "n/a";
 }
 
-static int check_caller(Manager *m, sd_bus_message *msg, const char *method, sd_bus_error *error) {
+int broker_dbus_check_caller(Manager *m, sd_bus_message *msg, const char *method, sd_bus_error *error) {
         _cleanup_(sd_bus_creds_unrefp) sd_bus_creds *creds = NULL;
         uid_t uid = (uid_t) -1;
         int r;
@@ -505,7 +506,7 @@ static int method_allocate(sd_bus_message *msg, void *userdata, sd_bus_error *er
         const char *resource;
         int r;
 
-        r = check_caller(m, msg, "Allocate", error);
+        r = broker_dbus_check_caller(m, msg, "Allocate", error);
         if (r < 0)
                 return r;
         r = read_resource(msg, &resource, error);
@@ -574,7 +575,7 @@ static int method_pre_start_container(sd_bus_message *msg, void *userdata, sd_bu
         const char *resource;
         int r;
 
-        r = check_caller(m, msg, "PreStartContainer", error);
+        r = broker_dbus_check_caller(m, msg, "PreStartContainer", error);
         if (r < 0)
                 return r;
         r = read_resource(msg, &resource, error);
@@ -667,6 +668,10 @@ const sd_bus_vtable broker_vtable[] = {
                                 SD_BUS_NO_ARGS,
                                 SD_BUS_RESULT("a(tsast)", allocations),
                                 method_list_allocations, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("Reconcile",
+                                SD_BUS_ARGS("a(sasss)", containers),
+                                SD_BUS_RESULT("at", released),
+                                reconcile_method, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_SIGNAL_WITH_ARGS("ResourcesChanged",
                                 SD_BUS_ARGS("as", resources),
                                 0),

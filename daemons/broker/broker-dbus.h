@@ -17,6 +17,9 @@ typedef struct Manager Manager;
 extern const sd_bus_vtable broker_vtable[];
 
 int broker_dbus_register(Manager *m);
+/* 0 if the sender may mutate (root, Config.grpc_user, the broker's own uid), else sets
+ * io.kgpu.Error.AccessDenied in error and returns its negative errno; logs refusals. */
+int broker_dbus_check_caller(Manager *m, sd_bus_message *msg, const char *method, sd_bus_error *error);
 /* Emits ResourcesChanged(names) if names is not empty. */
 int broker_dbus_emit_resources_changed(Manager *m, char * const *names);
 /* For --introspect. */

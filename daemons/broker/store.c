@@ -32,6 +32,8 @@ typedef enum StoreStatement {
         STMT_INSERT_ALLOCATION,
         STMT_INSERT_DEVICE,
         STMT_LIST,
+        STMT_DELETE_ALLOCATION,
+        STMT_SET_HOLDER,
         _STMT_MAX,
 } StoreStatement;
 
@@ -49,6 +51,10 @@ static const char * const statement_sql[_STMT_MAX] = {
                 "FROM (SELECT * FROM allocations ORDER BY id DESC LIMIT ?1) AS a "
                 "LEFT JOIN allocation_devices AS d ON d.allocation_id = a.id "
                 "ORDER BY a.id, d.rowid",
+        [STMT_DELETE_ALLOCATION] = "DELETE FROM allocations WHERE id = ?1",
+        [STMT_SET_HOLDER] =
+                "UPDATE allocations SET pod_namespace = ?2, pod_name = ?3, container_name = ?4, "
+                "seen_usec = ?5 WHERE id = ?1",
 };
 
 /* Schema v1. user_version is set in the same transaction, so a crash while creating
@@ -68,6 +74,21 @@ static const char schema_v1[] =
         "  UNIQUE (allocation_id, device_id));"
         "CREATE INDEX allocation_devices_device ON allocation_devices (device_id);"
         "PRAGMA user_version = 1;";
+
+/* Schema v2: which live container holds each allocation, as the kubelet's PodResources
+ * last reported it (reconciliation); "" and 0 until seen. */
+static const char schema_v2[] =
+        "ALTER TABLE allocations ADD COLUMN pod_namespace TEXT NOT NULL DEFAULT '';"
+        "ALTER TABLE allocations ADD COLUMN pod_name TEXT NOT NULL DEFAULT '';"
+        "ALTER TABLE allocations ADD COLUMN container_name TEXT NOT NULL DEFAULT '';"
+        "ALTER TABLE allocations ADD COLUMN seen_usec INTEGER NOT NULL DEFAULT 0;"
+        "PRAGMA user_version = 2;";
+
+/* Migration steps: schema_steps[v] takes a database from version v to v + 1. */
+static const char * const schema_steps[STORE_SCHEMA_VERSION] = {
+        schema_v1,
+        schema_v2,
+};
 
 struct Store {
         sqlite3 *db;
@@ -369,18 +390,22 @@ int store_open(const char *directory, const char *boot_id, Store **ret, char **r
         if (r < 0)
                 return store_error(ret_error, r, s->path, "cannot set pragmas: %s", sqlite3_errmsg(s->db));
 
-        if (version == 0) {
+        /* Each step is its own transaction that also sets user_version, so a crash in
+         * between leaves a database of a complete older version. */
+        for (int64_t v = version; v < STORE_SCHEMA_VERSION; v++) {
                 r = store_exec(s->db, "BEGIN IMMEDIATE");
                 if (r >= 0) {
-                        r = store_exec(s->db, schema_v1);
+                        r = store_exec(s->db, schema_steps[v]);
                         if (r >= 0)
                                 r = store_exec(s->db, "COMMIT");
                         if (r < 0 && !sqlite3_get_autocommit(s->db))
                                 (void) store_exec(s->db, "ROLLBACK");
                 }
                 if (r < 0)
-                        return store_error(ret_error, r, s->path, "cannot create schema: %s",
-                                           sqlite3_errmsg(s->db));
+                        return store_error(ret_error, r, s->path, "cannot %s schema version %" PRIi64 ": %s",
+                                           v == 0 ? "create" : "migrate to", v + 1, sqlite3_errmsg(s->db));
+                if (v > 0)
+                        log_debug("Migrated %s from schema version %" PRIi64 " to %" PRIi64 ".", s->path, v, v + 1);
         }
 
         for (size_t i = 0; i < _STMT_MAX; i++) {
@@ -611,4 +636,103 @@ finish:
         sqlite3_reset(st);
         sqlite3_clear_bindings(st);
         return r < 0 ? r : (int) MIN(n, (size_t) INT32_MAX);
+}
+
+static int store_bind_text(sqlite3_stmt *st, int i, const char *v) {
+        return sqlite3_bind_text(st, i, v ?: "", -1, SQLITE_STATIC) == SQLITE_OK ? 0 : -ENOMEM;
+}
+
+int store_reconcile(Store *s, const uint64_t *release, size_t n_release,
+                    const StoreHolder *holders, size_t n_holders, uint64_t seen_usec) {
+        sqlite3_stmt *st;
+        int r;
+
+        if (!s || (n_release > 0 && !release) || (n_holders > 0 && !holders))
+                return -EINVAL;
+
+        r = store_step_done(s, STMT_BEGIN);
+        if (r < 0)
+                return r;
+
+        st = s->stmt[STMT_DELETE_ALLOCATION];
+        for (size_t i = 0; i < n_release; i++) {
+                if (sqlite3_bind_int64(st, 1, (sqlite3_int64) MIN(release[i], (uint64_t) INT64_MAX)) != SQLITE_OK) {
+                        r = -ENOMEM;
+                        goto rollback;
+                }
+                r = store_step_done(s, STMT_DELETE_ALLOCATION);
+                if (r < 0)
+                        goto rollback;
+        }
+
+        st = s->stmt[STMT_SET_HOLDER];
+        for (size_t i = 0; i < n_holders; i++) {
+                if (sqlite3_bind_int64(st, 1, (sqlite3_int64) MIN(holders[i].id, (uint64_t) INT64_MAX)) != SQLITE_OK ||
+                    store_bind_text(st, 2, holders[i].pod_namespace) < 0 ||
+                    store_bind_text(st, 3, holders[i].pod_name) < 0 ||
+                    store_bind_text(st, 4, holders[i].container_name) < 0 ||
+                    sqlite3_bind_int64(st, 5, (sqlite3_int64) MIN(seen_usec, (uint64_t) INT64_MAX)) != SQLITE_OK) {
+                        sqlite3_reset(st);
+                        sqlite3_clear_bindings(st);
+                        r = -ENOMEM;
+                        goto rollback;
+                }
+                r = store_step_done(s, STMT_SET_HOLDER);
+                if (r < 0)
+                        goto rollback;
+        }
+
+        if (s->before_commit) {
+                r = s->before_commit(s, s->before_commit_userdata);
+                if (r < 0)
+                        goto rollback;
+        }
+
+        r = store_step_done(s, STMT_COMMIT);
+        if (r < 0)
+                goto rollback;
+        log_debug("Reconciled: released %zu allocation(s), %zu held by live containers.", n_release, n_holders);
+        return 0;
+
+rollback:
+        if (!sqlite3_get_autocommit(s->db))
+                (void) store_step_done(s, STMT_ROLLBACK);
+        return r;
+}
+
+int store_get_holder(Store *s, uint64_t id, StoreHolder *ret, uint64_t *ret_seen_usec) {
+        sqlite3_stmt *st = NULL;
+        int rc, r;
+
+        rc = sqlite3_prepare_v2(s->db, "SELECT pod_namespace, pod_name, container_name, seen_usec "
+                                "FROM allocations WHERE id = ?1", -1, &st, NULL);
+        if (rc != SQLITE_OK)
+                return sqlite_to_errno(rc) ?: -EIO;
+        sqlite3_bind_int64(st, 1, (sqlite3_int64) MIN(id, (uint64_t) INT64_MAX));
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) {
+                const char *ns = column_text(st, 0), *pod = column_text(st, 1), *c = column_text(st, 2);
+
+                *ret = (StoreHolder) { .id = id };
+                ret->pod_namespace = strdup(ns ?: "");
+                ret->pod_name = strdup(pod ?: "");
+                ret->container_name = strdup(c ?: "");
+                if (!ret->pod_namespace || !ret->pod_name || !ret->container_name) {
+                        store_holder_done(ret);
+                        r = -ENOMEM;
+                } else {
+                        if (ret_seen_usec)
+                                *ret_seen_usec = (uint64_t) MAX(sqlite3_column_int64(st, 3), 0);
+                        r = 0;
+                }
+        } else
+                r = rc == SQLITE_DONE ? -ENOENT : (sqlite_to_errno(rc) ?: -EIO);
+        sqlite3_finalize(st);
+        return r;
+}
+
+void store_holder_done(StoreHolder *h) {
+        h->pod_namespace = mfree(h->pod_namespace);
+        h->pod_name = mfree(h->pod_name);
+        h->container_name = mfree(h->container_name);
 }

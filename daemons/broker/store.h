@@ -15,6 +15,9 @@
  *  - store_allocate() records every container request of one Allocate call in ONE
  *    transaction (BEGIN IMMEDIATE ... COMMIT). It returns 0 only after COMMIT returned
  *    SQLITE_OK; on any failure the transaction is rolled back and nothing is visible.
+ *  - store_reconcile() deletes released allocations and records the live holders of
+ *    kept ones in ONE transaction, with the same all-or-nothing guarantee.
+ *  - Older schema versions are migrated step by step, each step one transaction.
  *  - Rows read back are validated (types, lengths, UTF-8); bad rows are skipped.
  *  - No logging above debug.
  */
@@ -26,7 +29,7 @@
 
 #include "common/cleanup.h"
 
-#define STORE_SCHEMA_VERSION 1
+#define STORE_SCHEMA_VERSION 2
 #define STORE_FILE_NAME "kgpu.db"
 #define STORE_BUSY_TIMEOUT_MS 200
 
@@ -59,3 +62,21 @@ int store_foreach_allocation(Store *s, size_t max, StoreAllocationFunc cb, void 
  * a negative return aborts (rollback) with that error. */
 typedef int (*StoreBeforeCommitFunc)(Store *s, void *userdata);
 void store_set_before_commit(Store *s, StoreBeforeCommitFunc cb, void *userdata);
+
+/* Reconciliation (reconcile.c decides, this applies). Strings are not owned unless
+ * filled by store_get_holder() (then free with store_holder_done()). */
+typedef struct StoreHolder {
+        uint64_t id;                    /* allocation id */
+        char *pod_namespace;
+        char *pod_name;
+        char *container_name;
+} StoreHolder;
+
+/* Deletes the allocations release[] and records holders[] (seen at seen_usec), all in
+ * one transaction; unknown ids are ignored. */
+int store_reconcile(Store *s, const uint64_t *release, size_t n_release,
+                    const StoreHolder *holders, size_t n_holders, uint64_t seen_usec);
+/* The holder last recorded for allocation id ("" strings if never seen); -ENOENT if the
+ * allocation does not exist. */
+int store_get_holder(Store *s, uint64_t id, StoreHolder *ret, uint64_t *ret_seen_usec);
+void store_holder_done(StoreHolder *h);

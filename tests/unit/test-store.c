@@ -228,10 +228,12 @@ START_TEST(test_store_newer_version_refused) {
         _cleanup_free_ char *err = NULL, *before = NULL, *after = NULL;
         size_t n_before, n_after;
         Store *s = NULL;
+        char sql[64];
 
         s = open_ok("b");
         s = store_free(s);
-        raw_exec("PRAGMA user_version = 2");
+        snprintf(sql, sizeof(sql), "PRAGMA user_version = %d", STORE_SCHEMA_VERSION + 1);
+        raw_exec(sql);
         /* A WAL database left by "a newer broker": keep its WAL around too. */
         before = read_file(&n_before);
 
@@ -243,7 +245,7 @@ START_TEST(test_store_newer_version_refused) {
         after = read_file(&n_after);
         ck_assert_uint_eq(n_before, n_after);
         ck_assert(memcmp(before, after, n_before) == 0);
-        ck_assert_int_eq(raw_int("PRAGMA user_version"), 2);
+        ck_assert_int_eq(raw_int("PRAGMA user_version"), STORE_SCHEMA_VERSION + 1);
 }
 END_TEST
 

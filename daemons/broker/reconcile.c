@@ -1,0 +1,401 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * reconcile.c — release the allocations no live container holds (Broker1.Reconcile).
+ *
+ * Contract: see reconcile.h. The D-Bus arguments come from grpcd, which relays the
+ * kubelet: every list and string is bounded before anything is allocated for it.
+ */
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/bus-names.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "daemons/broker/broker-dbus.h"
+#include "daemons/broker/manager.h"
+#include "daemons/broker/reconcile.h"
+
+void live_containers_free(LiveContainer *c, size_t n) {
+        if (!c)
+                return;
+        for (size_t i = 0; i < n; i++) {
+                free(c[i].resource);
+                strv_free(c[i].device_ids);
+                free(c[i].pod_namespace);
+                free(c[i].pod_name);
+                free(c[i].container_name);
+        }
+        free(c);
+}
+
+void reconcile_allocations_free(ReconcileAllocation *a, size_t n) {
+        if (!a)
+                return;
+        for (size_t i = 0; i < n; i++) {
+                free(a[i].resource);
+                strv_free(a[i].device_ids);
+                free(a[i].boot_id);
+        }
+        free(a);
+}
+
+void reconcile_plan_done(ReconcilePlan *p) {
+        p->release = mfree(p->release);
+        p->holders = mfree(p->holders);
+        *p = (ReconcilePlan) {};
+}
+
+/* One reported (resource, device id) pair. */
+typedef struct LiveKey {
+        const char *resource;
+        const char *device_id;
+        size_t container;
+        bool claimed;
+} LiveKey;
+
+static int live_key_cmp_parts(const char *ra, const char *da, const char *rb, const char *db) {
+        int c = strcmp(ra, rb);
+
+        return c != 0 ? c : strcmp(da, db);
+}
+
+static int live_key_cmp(const void *a, const void *b) {
+        const LiveKey *x = a, *y = b;
+        int c = live_key_cmp_parts(x->resource, x->device_id, y->resource, y->device_id);
+
+        if (c != 0)
+                return c;
+        /* Same pair reported twice (should not happen): earlier container first. */
+        return x->container < y->container ? -1 : x->container > y->container;
+}
+
+/* First index whose key is >= (resource, id). */
+static size_t live_key_lower_bound(const LiveKey *k, size_t n, const char *resource, const char *id) {
+        size_t lo = 0, hi = n;
+
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+
+                if (live_key_cmp_parts(k[mid].resource, k[mid].device_id, resource, id) < 0)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return lo;
+}
+
+static int id_cmp_desc(const void *a, const void *b) {
+        const ReconcileAllocation *x = *(const ReconcileAllocation * const *) a,
+                                  *y = *(const ReconcileAllocation * const *) b;
+
+        return x->id > y->id ? -1 : x->id < y->id;
+}
+
+int reconcile_plan(const ReconcileAllocation *allocs, size_t n_allocs,
+                   const LiveContainer *live, size_t n_live,
+                   const char *boot_id, uint64_t now_usec, uint64_t grace_usec,
+                   ReconcilePlan *ret) {
+        _cleanup_free_ LiveKey *keys = NULL;
+        _cleanup_free_ const ReconcileAllocation **order = NULL;
+        _cleanup_(reconcile_plan_done) ReconcilePlan p = {};
+        size_t n_keys = 0, k = 0;
+
+        for (size_t i = 0; i < n_live; i++)
+                n_keys += strv_length(live[i].device_ids);
+
+        keys = calloc(n_keys ?: 1, sizeof(LiveKey));
+        order = calloc(n_allocs ?: 1, sizeof(ReconcileAllocation *));
+        p.release = calloc(n_allocs ?: 1, sizeof(uint64_t));
+        p.holders = calloc(n_allocs ?: 1, sizeof(StoreHolder));
+        if (!keys || !order || !p.release || !p.holders)
+                return -ENOMEM;
+
+        for (size_t i = 0; i < n_live; i++)
+                for (char **d = live[i].device_ids; d && *d; d++)
+                        keys[k++] = (LiveKey) {
+                                .resource = live[i].resource,
+                                .device_id = *d,
+                                .container = i,
+                        };
+        qsort(keys, n_keys, sizeof(LiveKey), live_key_cmp);
+
+        /* Newest first, so the newest allocation of a reported id claims it. */
+        for (size_t i = 0; i < n_allocs; i++)
+                order[i] = &allocs[i];
+        qsort(order, n_allocs, sizeof(ReconcileAllocation *), id_cmp_desc);
+
+        for (size_t i = 0; i < n_allocs; i++) {
+                const ReconcileAllocation *a = order[i];
+                const LiveContainer *holder = NULL;
+                bool this_boot = isempty(boot_id) || streq_ptr(a->boot_id, boot_id);
+
+                for (char **d = a->device_ids; d && *d; d++) {
+                        size_t j = live_key_lower_bound(keys, n_keys, a->resource, *d);
+
+                        for (; j < n_keys && live_key_cmp_parts(keys[j].resource, keys[j].device_id,
+                                                                a->resource, *d) == 0; j++) {
+                                if (keys[j].claimed)
+                                        continue;
+                                keys[j].claimed = true;
+                                if (!holder)
+                                        holder = &live[keys[j].container];
+                                break;
+                        }
+                }
+
+                if (holder)
+                        p.holders[p.n_holders++] = (StoreHolder) {
+                                .id = a->id,
+                                .pod_namespace = holder->pod_namespace,
+                                .pod_name = holder->pod_name,
+                                .container_name = holder->container_name,
+                        };
+                else if (this_boot && a->created_usec + grace_usec > now_usec)
+                        p.n_young++;
+                else
+                        p.release[p.n_release++] = a->id;
+        }
+
+        *ret = p;
+        p = (ReconcilePlan) {};
+        return 0;
+}
+
+typedef struct Collect {
+        ReconcileAllocation *a;
+        size_t n, allocated;
+} Collect;
+
+static int collect_allocation(uint64_t id, const char *resource, char * const *device_ids,
+                              uint64_t created_usec, const char *boot_id, void *userdata) {
+        Collect *c = userdata;
+        ReconcileAllocation *a;
+
+        if (c->n >= c->allocated) {
+                size_t na = MAX(c->allocated * 2, (size_t) 64);
+                ReconcileAllocation *p = reallocarray(c->a, na, sizeof(ReconcileAllocation));
+
+                if (!p)
+                        return -ENOMEM;
+                c->a = p;
+                c->allocated = na;
+        }
+        a = &c->a[c->n];
+        *a = (ReconcileAllocation) {
+                .id = id,
+                .created_usec = created_usec,
+                .resource = strdup(resource),
+                .boot_id = strdup(boot_id ?: ""),
+                .device_ids = strv_copy(device_ids),
+        };
+        c->n++;         /* counted before the check, so that it is freed */
+        if (!a->resource || !a->boot_id || !a->device_ids)
+                return -ENOMEM;
+        return 0;
+}
+
+int reconcile_run(Manager *m, const LiveContainer *live, size_t n_live, ReconcilePlan *ret_plan) {
+        _cleanup_(reconcile_plan_done) ReconcilePlan p = {};
+        Collect c = {};
+        uint64_t now = now_usec(CLOCK_REALTIME);
+        int r;
+
+        if (!m->store)
+                return -ENXIO;
+
+        r = store_foreach_allocation(m->store, 0, collect_allocation, &c);
+        if (r >= 0)
+                r = reconcile_plan(c.a, c.n, live, n_live, m->boot_id, now,
+                                   (uint64_t) m->config->reconcile_grace_sec * UINT64_C(1000000), &p);
+        if (r >= 0)
+                r = store_reconcile(m->store, p.release, p.n_release, p.holders, p.n_holders, now);
+        if (r >= 0)
+                for (size_t i = 0; i < p.n_release; i++)
+                        for (size_t j = 0; j < c.n; j++)
+                                if (c.a[j].id == p.release[i]) {
+                                        _cleanup_free_ char *ids = strv_join(c.a[j].device_ids, ",");
+
+                                        log_info("Released allocation %" PRIu64 " (%s %s): no live container "
+                                                 "holds it%s.", c.a[j].id, c.a[j].resource, ids ?: "",
+                                                 !isempty(m->boot_id) && !streq(c.a[j].boot_id, m->boot_id) ?
+                                                 " (made in another boot)" : "");
+                                        break;
+                                }
+        reconcile_allocations_free(c.a, c.n);
+        if (r < 0)
+                return r;
+
+        log_debug("Reconciled %zu live container(s): %zu held, %zu young, %zu released.",
+                  n_live, p.n_holders, p.n_young, p.n_release);
+        if (ret_plan) {
+                *ret_plan = p;
+                p = (ReconcilePlan) {};
+        }
+        return 0;
+}
+
+static int read_name(sd_bus_message *msg, const char *what, bool allow_empty, char **ret, sd_bus_error *error) {
+        const char *s;
+        int r;
+
+        r = sd_bus_message_read(msg, "s", &s);
+        if (r < 0)
+                return r;
+        if ((!allow_empty && isempty(s)) || strnlen(s, RECONCILE_NAME_MAX + 1) > RECONCILE_NAME_MAX)
+                return sd_bus_error_setf(error, KGPU_ERROR_INVALID_ARGS, "%s is empty or longer than %u bytes",
+                                         what, RECONCILE_NAME_MAX);
+        *ret = strdup(s);
+        return *ret ? 0 : -ENOMEM;
+}
+
+static int read_live(sd_bus_message *msg, LiveContainer **ret, size_t *ret_n, sd_bus_error *error) {
+        LiveContainer *live = NULL;
+        size_t n = 0, allocated = 0, total = 0;
+        int r;
+
+        r = sd_bus_message_enter_container(msg, 'a', "(sasss)");
+        if (r < 0)
+                goto fail;
+        for (;;) {
+                LiveContainer *c;
+
+                r = sd_bus_message_enter_container(msg, 'r', "sasss");
+                if (r < 0)
+                        goto fail;
+                if (r == 0)
+                        break;
+                if (n >= RECONCILE_CONTAINERS_MAX) {
+                        r = sd_bus_error_setf(error, KGPU_ERROR_INVALID_ARGS,
+                                              "More than %u containers in one Reconcile", RECONCILE_CONTAINERS_MAX);
+                        goto fail;
+                }
+                if (n >= allocated) {
+                        size_t na = MAX(allocated * 2, (size_t) 16);
+                        LiveContainer *p = reallocarray(live, na, sizeof(LiveContainer));
+
+                        if (!p) {
+                                r = -ENOMEM;
+                                goto fail;
+                        }
+                        live = p;
+                        allocated = na;
+                }
+                c = &live[n++];
+                *c = (LiveContainer) {};
+
+                r = read_name(msg, "Resource name", false, &c->resource, error);
+                if (r < 0)
+                        goto fail;
+                r = sd_bus_message_enter_container(msg, 'a', "s");
+                if (r < 0)
+                        goto fail;
+                c->device_ids = calloc(1, sizeof(char *));
+                if (!c->device_ids) {
+                        r = -ENOMEM;
+                        goto fail;
+                }
+                for (size_t k = 0;; k++) {
+                        const char *id;
+                        char **p;
+
+                        r = sd_bus_message_read(msg, "s", &id);
+                        if (r < 0)
+                                goto fail;
+                        if (r == 0)
+                                break;
+                        if (++total > RECONCILE_IDS_TOTAL_MAX) {
+                                r = sd_bus_error_setf(error, KGPU_ERROR_INVALID_ARGS,
+                                                      "More than %u device ids in one Reconcile",
+                                                      RECONCILE_IDS_TOTAL_MAX);
+                                goto fail;
+                        }
+                        if (isempty(id) || strnlen(id, RESOURCES_ID_MAX + 1) > RESOURCES_ID_MAX) {
+                                r = sd_bus_error_setf(error, KGPU_ERROR_INVALID_ARGS,
+                                                      "Device id empty or longer than %u bytes", RESOURCES_ID_MAX);
+                                goto fail;
+                        }
+                        p = reallocarray(c->device_ids, k + 2, sizeof(char *));
+                        if (!p) {
+                                r = -ENOMEM;
+                                goto fail;
+                        }
+                        c->device_ids = p;
+                        p[k] = strdup(id);
+                        p[k + 1] = NULL;
+                        if (!p[k]) {
+                                r = -ENOMEM;
+                                goto fail;
+                        }
+                }
+                r = sd_bus_message_exit_container(msg);
+                if (r < 0)
+                        goto fail;
+                r = read_name(msg, "Pod namespace", false, &c->pod_namespace, error);
+                if (r < 0)
+                        goto fail;
+                r = read_name(msg, "Pod name", false, &c->pod_name, error);
+                if (r < 0)
+                        goto fail;
+                r = read_name(msg, "Container name", true, &c->container_name, error);
+                if (r < 0)
+                        goto fail;
+                r = sd_bus_message_exit_container(msg);
+                if (r < 0)
+                        goto fail;
+        }
+        r = sd_bus_message_exit_container(msg);
+        if (r < 0)
+                goto fail;
+        *ret = live;
+        *ret_n = n;
+        return 0;
+
+fail:
+        live_containers_free(live, n);
+        return r;
+}
+
+int reconcile_method(sd_bus_message *msg, void *userdata, sd_bus_error *error) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        _cleanup_(reconcile_plan_done) ReconcilePlan p = {};
+        LiveContainer *live = NULL;
+        Manager *m = userdata;
+        size_t n = 0;
+        int r;
+
+        r = broker_dbus_check_caller(m, msg, "Reconcile", error);
+        if (r < 0)
+                return r;
+        r = read_live(msg, &live, &n, error);
+        if (r < 0)
+                return r;
+        if (!m->store) {
+                live_containers_free(live, n);
+                return sd_bus_error_setf(error, KGPU_ERROR_STATE,
+                                         "State database unavailable, cannot reconcile: %s",
+                                         m->store_error ?: "not open");
+        }
+
+        r = reconcile_run(m, live, n, &p);
+        if (r < 0) {
+                live_containers_free(live, n);
+                log_struct(LOG_ERR, KGPU_MESSAGE_STATE_ERROR,
+                           "Failed to apply a reconciliation to %s, nothing released: %s",
+                           store_get_path(m->store), strerror(-r));
+                return sd_bus_error_setf(error, KGPU_ERROR_STATE, "Failed to reconcile: %s", strerror(-r));
+        }
+        live_containers_free(live, n);
+        /* The borrowed holder strings are gone with live; only ids are used below. */
+
+        r = sd_bus_message_new_method_return(msg, &reply);
+        if (r < 0)
+                return r;
+        r = sd_bus_message_append_array(reply, 't', p.release, p.n_release * sizeof(uint64_t));
+        if (r < 0)
+                return r;
+        return sd_bus_send(NULL, reply, NULL);
+}

@@ -1,0 +1,285 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* test-reconcile.c — which allocations a reconciliation keeps and releases, and how the
+ * store applies it (one transaction, schema v1 -> v2 migration). */
+
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "common/util.h"
+#include "daemons/broker/reconcile.h"
+#include "daemons/broker/store.h"
+
+#define SEC UINT64_C(1000000)
+#define NOW (UINT64_C(1700000000) * SEC)
+#define GRACE (60 * SEC)
+
+static char *ids_a[] = { (char *) "a", NULL };
+static char *ids_b[] = { (char *) "b", NULL };
+static char *ids_c[] = { (char *) "c", NULL };
+static char *ids_d[] = { (char *) "d", NULL };
+static char *ids_de[] = { (char *) "d", (char *) "e", NULL };
+
+static ReconcileAllocation A(uint64_t id, char **ids, uint64_t created, const char *boot) {
+        return (ReconcileAllocation) {
+                .id = id, .resource = (char *) "gpu.intel.com/i915", .device_ids = ids,
+                .created_usec = created, .boot_id = (char *) boot,
+        };
+}
+
+static LiveContainer L(const char *resource, char **ids, const char *pod) {
+        return (LiveContainer) {
+                .resource = (char *) resource, .device_ids = ids, .pod_namespace = (char *) "ns",
+                .pod_name = (char *) pod, .container_name = (char *) "c",
+        };
+}
+
+static bool released(const ReconcilePlan *p, uint64_t id) {
+        for (size_t i = 0; i < p->n_release; i++)
+                if (p->release[i] == id)
+                        return true;
+        return false;
+}
+
+static const char *holder(const ReconcilePlan *p, uint64_t id) {
+        for (size_t i = 0; i < p->n_holders; i++)
+                if (p->holders[i].id == id)
+                        return p->holders[i].pod_name;
+        return NULL;
+}
+
+START_TEST(test_plan_rules) {
+        ReconcileAllocation allocs[] = {
+                A(1, ids_a, NOW - 600 * SEC, "boot"),   /* a reused by 4: stale */
+                A(2, ids_b, NOW - 600 * SEC, "boot"),   /* not reported, old */
+                A(3, ids_c, NOW - 10 * SEC, "boot"),    /* not reported, young */
+                A(4, ids_a, NOW - 300 * SEC, "boot"),   /* reported: held by p1 */
+                A(5, ids_d, NOW - 1 * SEC, "old"),      /* another boot, young, not reported */
+                A(6, ids_de, NOW - 900 * SEC, "old"),   /* another boot, reported (e) */
+        };
+        LiveContainer live[] = {
+                L("gpu.intel.com/i915", ids_a, "p1"),
+                L("gpu.intel.com/i915", (char *[]) { (char *) "e", NULL }, "p2"),
+                L("nvidia.com/gpu", ids_b, "p3"),       /* same id, other resource */
+        };
+        _cleanup_(reconcile_plan_done) ReconcilePlan p = {};
+
+        ck_assert_int_eq(reconcile_plan(allocs, ELEMENTSOF(allocs), live, ELEMENTSOF(live), "boot", NOW, GRACE, &p), 0);
+        ck_assert(released(&p, 1));
+        ck_assert(released(&p, 2));
+        ck_assert(!released(&p, 3));
+        ck_assert_ptr_null(holder(&p, 3));
+        ck_assert_str_eq(holder(&p, 4), "p1");
+        ck_assert(released(&p, 5));
+        ck_assert_str_eq(holder(&p, 6), "p2");
+        ck_assert_uint_eq(p.n_release, 3);
+        ck_assert_uint_eq(p.n_holders, 2);
+        ck_assert_uint_eq(p.n_young, 1);
+}
+END_TEST
+
+START_TEST(test_plan_grace_edges) {
+        ReconcileAllocation allocs[] = {
+                A(1, ids_a, NOW - GRACE, "boot"),       /* exactly the grace: released */
+                A(2, ids_b, NOW - GRACE + 1, "boot"),   /* just inside */
+                A(3, ids_c, NOW, ""),                   /* no boot id recorded, other boot known */
+        };
+        _cleanup_(reconcile_plan_done) ReconcilePlan p = {}, q = {}, z = {};
+
+        ck_assert_int_eq(reconcile_plan(allocs, ELEMENTSOF(allocs), NULL, 0, "boot", NOW, GRACE, &p), 0);
+        ck_assert(released(&p, 1));
+        ck_assert(!released(&p, 2));
+        ck_assert(released(&p, 3));
+        /* Boot id unknown: everything counts as this boot. */
+        ck_assert_int_eq(reconcile_plan(allocs, ELEMENTSOF(allocs), NULL, 0, "", NOW, GRACE, &q), 0);
+        ck_assert(!released(&q, 3));
+        /* Grace 0: nothing unreported survives. */
+        ck_assert_int_eq(reconcile_plan(allocs, ELEMENTSOF(allocs), NULL, 0, "boot", NOW, 0, &z), 0);
+        ck_assert_uint_eq(z.n_release, 3);
+        /* Empty store. */
+        reconcile_plan_done(&z);
+        ck_assert_int_eq(reconcile_plan(NULL, 0, NULL, 0, "boot", NOW, GRACE, &z), 0);
+        ck_assert_uint_eq(z.n_release + z.n_holders + z.n_young, 0);
+}
+END_TEST
+
+/* Many allocations, each reported once: every one held, none released. */
+START_TEST(test_plan_many) {
+        enum { N = 5000 };
+        ReconcileAllocation *allocs = calloc(N, sizeof(ReconcileAllocation));
+        LiveContainer *live = calloc(N, sizeof(LiveContainer));
+        char ***ids = calloc(N, sizeof(char **));
+        _cleanup_(reconcile_plan_done) ReconcilePlan p = {};
+
+        ck_assert(allocs && live && ids);
+        for (size_t i = 0; i < N; i++) {
+                char buf[32];
+
+                snprintf(buf, sizeof(buf), "card%zu", i);
+                ids[i] = calloc(2, sizeof(char *));
+                ids[i][0] = strdup(buf);
+                allocs[i] = A(i + 1, ids[i], 0, "boot");
+                live[N - 1 - i] = L("gpu.intel.com/i915", ids[i], "p");
+        }
+        ck_assert_int_eq(reconcile_plan(allocs, N, live, N, "boot", NOW, GRACE, &p), 0);
+        ck_assert_uint_eq(p.n_holders, N);
+        ck_assert_uint_eq(p.n_release, 0);
+        for (size_t i = 0; i < N; i++)
+                strv_free(ids[i]);
+        free(ids);
+        free(live);
+        free(allocs);
+}
+END_TEST
+
+/* ---- store ---- */
+
+static char dir[64];
+
+static void setup(void) {
+        strcpy(dir, "/tmp/kgpu-test-reconcile-XXXXXX");
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void teardown(void) {
+        char cmd[128];
+
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+        ck_assert_int_eq(system(cmd), 0);
+}
+
+static int64_t raw_int(const char *sql) {
+        char p[128];
+        sqlite3 *db = NULL;
+        sqlite3_stmt *st = NULL;
+        int64_t v;
+
+        snprintf(p, sizeof(p), "%s/%s", dir, STORE_FILE_NAME);
+        ck_assert_int_eq(sqlite3_open_v2(p, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+        ck_assert_int_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+        ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+        v = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+        sqlite3_close(db);
+        return v;
+}
+
+static void raw_exec(const char *sql) {
+        char p[128];
+        sqlite3 *db = NULL;
+
+        snprintf(p, sizeof(p), "%s/%s", dir, STORE_FILE_NAME);
+        ck_assert_int_eq(sqlite3_open_v2(p, &db, SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE, NULL), SQLITE_OK);
+        ck_assert_int_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+        sqlite3_close(db);
+}
+
+static int count_cb(uint64_t id, const char *resource, char * const *device_ids, uint64_t created_usec,
+                    const char *boot_id, void *userdata) {
+        return 0;
+}
+
+static int fail_commit(Store *s, void *userdata) {
+        return -EIO;
+}
+
+START_TEST(test_store_reconcile) {
+        _cleanup_free_ char *err = NULL;
+        _cleanup_(store_freep) Store *s = NULL;
+        char **req[3] = { ids_a, ids_b, ids_de };
+        uint64_t ids[3], seen = 0;
+        uint64_t release[] = { 0, 12345 };
+        StoreHolder h = {}, set = { .pod_namespace = (char *) "ns", .pod_name = (char *) "pod",
+                                    .container_name = (char *) "ctr" };
+
+        ck_assert_int_eq(store_open(dir, "boot", &s, &err), 0);
+        ck_assert_int_eq(store_allocate(s, "gpu.intel.com/i915", req, 3, NOW, ids), 0);
+        ck_assert_int_eq(store_foreach_allocation(s, 0, count_cb, NULL), 3);
+
+        /* A failure before COMMIT changes nothing. */
+        release[0] = ids[0];
+        set.id = ids[1];
+        store_set_before_commit(s, fail_commit, NULL);
+        ck_assert_int_eq(store_reconcile(s, release, 2, &set, 1, NOW + 5), -EIO);
+        store_set_before_commit(s, NULL, NULL);
+        ck_assert_int_eq(store_foreach_allocation(s, 0, count_cb, NULL), 3);
+        ck_assert_int_eq(store_get_holder(s, ids[1], &h, &seen), 0);
+        ck_assert_str_eq(h.pod_name, "");
+        store_holder_done(&h);
+
+        /* Unknown id 12345 ignored; holder recorded; devices of the released row gone. */
+        ck_assert_int_eq(store_reconcile(s, release, 2, &set, 1, NOW + 5), 0);
+        ck_assert_int_eq(store_foreach_allocation(s, 0, count_cb, NULL), 2);
+        ck_assert_int_eq(store_get_holder(s, ids[0], &h, NULL), -ENOENT);
+        ck_assert_int_eq(store_get_holder(s, ids[1], &h, &seen), 0);
+        ck_assert_str_eq(h.pod_namespace, "ns");
+        ck_assert_str_eq(h.pod_name, "pod");
+        ck_assert_str_eq(h.container_name, "ctr");
+        ck_assert_uint_eq(seen, NOW + 5);
+        store_holder_done(&h);
+        s = store_free(s);
+        ck_assert_int_eq(raw_int("SELECT count(*) FROM allocation_devices"), 3);
+        ck_assert_int_eq(raw_int("SELECT count(*) FROM allocation_devices WHERE device_id = 'a'"), 0);
+}
+END_TEST
+
+START_TEST(test_store_migrates_v1) {
+        _cleanup_free_ char *err = NULL;
+        _cleanup_(store_freep) Store *s = NULL;
+        StoreHolder h = {};
+
+        /* A database as the schema-1 broker wrote it. */
+        raw_exec("CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);"
+                 "CREATE TABLE allocations (id INTEGER PRIMARY KEY AUTOINCREMENT, resource TEXT NOT NULL,"
+                 "  created_usec INTEGER NOT NULL, boot_id TEXT NOT NULL);"
+                 "CREATE TABLE allocation_devices (allocation_id INTEGER NOT NULL REFERENCES allocations (id)"
+                 "  ON DELETE CASCADE, device_id TEXT NOT NULL, UNIQUE (allocation_id, device_id));"
+                 "CREATE INDEX allocation_devices_device ON allocation_devices (device_id);"
+                 "INSERT INTO meta VALUES ('boot_id', 'old');"
+                 "INSERT INTO allocations (resource, created_usec, boot_id) VALUES ('r', 5, 'old');"
+                 "INSERT INTO allocation_devices VALUES (1, 'card0');"
+                 "PRAGMA user_version = 1;");
+
+        ck_assert_int_eq(store_open(dir, "boot", &s, &err), 0);
+        ck_assert_str_eq(store_get_previous_boot_id(s), "old");
+        ck_assert_int_eq(store_foreach_allocation(s, 0, count_cb, NULL), 1);
+        ck_assert_int_eq(store_get_holder(s, 1, &h, NULL), 0);
+        ck_assert_str_eq(h.pod_name, "");
+        store_holder_done(&h);
+        s = store_free(s);
+        ck_assert_int_eq(raw_int("PRAGMA user_version"), STORE_SCHEMA_VERSION);
+        ck_assert_int_eq(STORE_SCHEMA_VERSION, 2);
+}
+END_TEST
+
+static Suite *reconcile_suite(void) {
+        Suite *s = suite_create("reconcile");
+        TCase *tc = tcase_create("plan");
+
+        tcase_add_test(tc, test_plan_rules);
+        tcase_add_test(tc, test_plan_grace_edges);
+        tcase_add_test(tc, test_plan_many);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("store");
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_add_test(tc, test_store_reconcile);
+        tcase_add_test(tc, test_store_migrates_v1);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+int main(void) {
+        SRunner *sr = srunner_create(reconcile_suite());
+        int failed;
+
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
