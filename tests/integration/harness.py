@@ -15,7 +15,10 @@
 #
 # Environment read: KGPU_BUILD_ROOT, KGPU_SOURCE_ROOT (meson test sets both),
 # KGPU_TEST_KEEP_TMP=1 (keep the temp directory for debugging),
-# KGPU_TEST_VERBOSE=1 (echo the kubelet simulator's events).
+# KGPU_TEST_VERBOSE=1 (echo the kubelet simulator's events),
+# KGPU_VALGRIND=1 (run each daemon under valgrind's memcheck, with a normal, non-ASan
+# build: any error or definite leak makes the daemon exit 99 and the test fail; the
+# reports are in logs/valgrind-<daemon>.<pid>.log).
 
 import atexit
 import contextlib
@@ -55,6 +58,16 @@ BROKER_BUS = 'io.kgpu.Broker1'
 BROKER_PATH = '/io/kgpu/Broker1'
 GRPC_USER = 'kgpu'
 BROKER_USER = 'kgpu-broker'
+
+
+VALGRIND = os.environ.get('KGPU_VALGRIND') == '1'
+
+
+def valgrind_argv(log_dir, name):
+    return ['valgrind', '--quiet', '--vgdb=no', '--error-exitcode=99', '--leak-check=full',
+            '--show-leak-kinds=definite', '--errors-for-leak-kinds=definite', '--num-callers=40',
+            '--suppressions=' + os.path.join(_HERE, 'valgrind.supp'),
+            '--log-file=' + os.path.join(log_dir, 'valgrind-%s.%%p.log' % name)]
 
 
 class Skip(Exception):
@@ -141,7 +154,10 @@ class Daemon:
         log.flush()
         # Through a pipe so that every line gets a timestamp (seconds since the node
         # started, same clock as the simulator's) for reading races out of the logs.
-        self.proc = subprocess.Popen(self.argv, env=env, stdin=subprocess.DEVNULL,
+        argv = self.argv
+        if VALGRIND:
+            argv = valgrind_argv(os.path.dirname(self.log_path), self.name) + argv
+        self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      close_fds=True)
         self._log_thread = threading.Thread(target=self._log_loop, args=(self.proc.stdout, log),
@@ -210,6 +226,8 @@ class Daemon:
     def stop(self, timeout=5, sig=signal.SIGTERM):
         """Stops this instance; returns its exit code (negative: killed by signal)."""
         rc = None
+        if VALGRIND:
+            timeout *= 6  # memcheck's leak check at exit
         if self.proc is not None:
             if self.proc.poll() is None:
                 os.kill(self.proc.pid, sig)
@@ -584,6 +602,14 @@ class Node:
                     self.bus.kill()
                     self.bus.wait()
             self.bus.stdout.close()
+        if VALGRIND and self.tmp:
+            # Every instance counts, also those killed or restarted during the test.
+            logs = os.path.join(self.tmp, 'logs')
+            for f in sorted(os.listdir(logs)):
+                if f.startswith('valgrind-') and os.path.getsize(os.path.join(logs, f)) > 0:
+                    rcs['valgrind'] = 1
+                    with open(os.path.join(logs, f), errors='replace') as fp:
+                        print('----- %s -----\n%s' % (f, fp.read()))
         if any(rc not in (0, None) for rc in rcs.values()):
             self.log('unclean daemon exit on SIGTERM: %r' % rcs)
             if dump_on_unclean:

@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * fuzz-config.c — libFuzzer target for the kgpu.yaml parser (config_load_string()).
+ *
+ * Contract: the input is the file text. The environment is cleared once, so only the
+ * input decides. Either a Config comes back and no error text, or an error code and a
+ * non-empty error text naming the file; anything else, a crash, a leak or a sanitizer
+ * report is a bug.
+ */
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+
+#include "common/config.h"
+#include "common/log.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+        (void) clearenv();
+        log_set_max_level(LOG_CRIT);
+        return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+        static int initialized;
+        Config *c = NULL;
+        char *error = NULL;
+        int r;
+
+        if (!initialized) {     /* the replay runner has no LLVMFuzzerInitialize() call */
+                LLVMFuzzerInitialize(NULL, NULL);
+                initialized = 1;
+        }
+        r = config_load_string((const char *) data, size, "fuzz.yaml", NULL, 0, &c, &error);
+        if (r < 0) {
+                if (c)
+                        abort();        /* nothing half-configured comes back */
+                if (error && strncmp(error, "fuzz.yaml", 9) != 0)
+                        abort();        /* every error names the file */
+        } else {
+                if (!c || !c->log_level || !c->state_directory || c->state_directory[0] != '/' ||
+                    c->intel_shared_dev_num < 1)
+                        abort();
+        }
+        free(error);
+        config_free(c);
+        return 0;
+}

@@ -1,0 +1,146 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# gen-seeds.py — writes the hand-made seeds of fuzz-config, fuzz-sysfs, fuzz-probe-props
+# and fuzz-convert into corpus/<target>/seed-*. The recipes for the D-Bus targets follow
+# fuzz-bus.h: strings are a length byte and bytes (0xfd+index: a word of the target's
+# list), arrays a count byte, variants an index into fuzz-bus.c's variant_types.
+#
+#   ./tests/fuzz/gen-seeds.py tests/fuzz/corpus
+import os
+import struct
+import sys
+
+out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), 'corpus')
+
+
+def write(target, name, data):
+    d = os.path.join(out, target)
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    with open(os.path.join(d, 'seed-' + name), 'wb') as f:
+        f.write(data)
+
+
+def s(text):
+    b = text.encode()
+    assert len(b) < 0xfd
+    return bytes([len(b)]) + b
+
+
+def word(i):
+    return bytes([0xfd, i])
+
+
+# --- fuzz-config --------------------------------------------------------------------
+configs = {
+    'empty': '',
+    'full': '''logLevel: debug
+stateDirectory: /var/lib/kgpu
+runtimeDirectory: /run/kgpu
+kubelet:
+  devicePluginPath: /var/lib/kubelet/device-plugins
+  socket: /var/lib/kubelet/device-plugins/kubelet.sock
+  podResourcesSocket: /var/lib/kubelet/pod-resources/kubelet.sock
+  registerTimeoutMs: 5000
+grpc:
+  user: kgpu
+  maxConnections: 64
+  maxStreamsPerConnection: 32
+  maxMessageSize: 4194304
+  brokerTimeoutMs: 2000
+broker:
+  user: kgpu-broker
+intel:
+  enabled: true
+  sharedDevNum: 2
+  allocationPolicy: balanced
+  allowIDs: [0x56a0, "56a1"]
+  denyIDs:
+    - 0x4680
+  enableMonitoring: false
+  byPath: single
+''',
+    'flow': '{intel: {sharedDevNum: 4, allocationPolicy: packed}, logLevel: info}\n',
+    'anchors': 'a: &x {sharedDevNum: 2}\nintel: *x\n',
+    'bad-type': 'intel:\n  sharedDevNum: many\n',
+    'bad-range': 'intel:\n  sharedDevNum: 0\n',
+    'unknown': 'intel:\n  sharedDevNumber: 2\n',
+    'deep': 'a:\n' + ''.join('  ' * i + ' b:\n' for i in range(1, 20)),
+    'list-root': '- 1\n- 2\n',
+    'dup': 'logLevel: debug\nlogLevel: info\n',
+    'tabs': 'intel:\n\tsharedDevNum: 2\n',
+    'bom': '\ufeffintel: {enabled: no}\n',
+    'relpath': 'stateDirectory: relative\n',
+    'ids-comma': 'intel:\n  allowIDs: "0x56a0,0x56a1"\n',
+    'nvidia-v1': 'version: v1\nflags:\n  migStrategy: none\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n',
+}
+for k, v in configs.items():
+    write('fuzz-config', k, v)
+
+# --- fuzz-sysfs ---------------------------------------------------------------------
+for i, v in enumerate(['0x8086', '0x56a0', '56a0', '0X56A0', '0x', '0x12345', '-1', '0', '4095', '4096',
+                       '-2', '17179869184', '1125899906842624', '1125899906842625', '0x400000000',
+                       '18446744073709551616', '0000:03:00.0', '0000:03:00.8', 'ffff:ff:1f.7',
+                       'card0', 'card0-DP-1', 'renderD128', 'renderD12345678901', 'i915', 'xe',
+                       ' 12', '12\n', '+5', '1e3', '\x00\x01', 'a' * 80]):
+    write('fuzz-sysfs', '%02d' % i, v)
+write('fuzz-sysfs', 'total', struct.pack('<QI', 1 << 40, 64))
+
+# --- fuzz-probe-props (words: fuzz-probe-props.c; variant index: fuzz-bus.c) ---------
+V_S, V_I, V_U, V_Q, V_T = 0, 1, 2, 3, 4
+V_AS = 12
+
+
+def prop(name_word, vtype, value):
+    return b'' + word(name_word) + bytes([vtype]) + value
+
+
+good = (bytes([0]) + bytes([7]) +
+        prop(0, V_S, word(19)) + prop(1, V_S, word(15)) + prop(2, V_S, word(17)) +
+        prop(3, V_S, word(20)) + prop(4, V_S, word(21)) + prop(5, V_S, word(13)) +
+        prop(7, V_I, struct.pack('>i', 1)))
+write('fuzz-probe-props', 'good', good)
+write('fuzz-probe-props', 'health', bytes([0, 2]) + prop(5, V_S, word(14)) + prop(6, V_S, s('driver gone')))
+write('fuzz-probe-props', 'wrong-type', bytes([0, 1]) + prop(7, V_S, s('one')))
+write('fuzz-probe-props', 'bad-node', bytes([0, 2]) + prop(3, V_S, word(22)) + prop(4, V_S, word(24)))
+write('fuzz-probe-props', 'device-id', bytes([0, 2]) + prop(8, V_Q, b'\x56\xa0') + prop(7, V_I, b'\xff\xff\xff\xff'))
+write('fuzz-probe-props', 'long-id', bytes([0, 1]) + word(0) + bytes([V_S, 0xff, 2, ord('x')]))
+write('fuzz-probe-props', 'nodes', bytes([0, 1]) + word(9) + bytes([V_AS, 2]) + word(20) + word(21))
+write('fuzz-probe-props', 'not-dict', bytes([9]) + s('hello'))
+
+# --- fuzz-convert ---------------------------------------------------------------------
+# Requests (protobuf as the kubelet sends it).
+
+
+def pb_str(field, b):
+    if isinstance(b, str):
+        b = b.encode()
+    return bytes([(field << 3) | 2, len(b)]) + b
+
+
+def creq(ids):
+    return b''.join(pb_str(1, i) for i in ids)
+
+
+alloc = pb_str(1, creq(['0000:03:00.0'])) + pb_str(1, creq(['0000:04:00.0', '0000:03:00.0-1']))
+write('fuzz-convert', 'allocate', bytes([0]) + alloc)
+pref = pb_str(1, pb_str(1, '0000:03:00.0') + pb_str(1, '0000:04:00.0') + pb_str(2, '0000:03:00.0') + bytes([3 << 3, 1]))
+write('fuzz-convert', 'preferred', bytes([1]) + pref)
+write('fuzz-convert', 'prestart', bytes([2]) + pb_str(1, '0000:03:00.0'))
+write('fuzz-convert', 'allocate-empty-id', bytes([0]) + pb_str(1, creq([''])))
+# GetDevices reply a(ssai): sig 0, 2 devices.
+dev = word(0) + word(5) + bytes([1]) + struct.pack('>i', 0)
+write('fuzz-convert', 'devices', bytes([3, 0, 2]) + dev + word(1) + s('Unhealthy') + bytes([0]))
+write('fuzz-convert', 'devices-many', bytes([3, 0, 0xff, 210]) + dev)
+# Allocate reply for 1 container: a(a{ss}a(ssb)a(sss)a{ss}as).
+one = (bytes([1]) + word(9) + s('0') +
+       bytes([1]) + word(3) + word(3) + b'\x01' +
+       bytes([1]) + word(3) + word(3) + word(5) +
+       bytes([1]) + word(10) + word(11) +
+       bytes([1]) + word(11))
+write('fuzz-convert', 'allocate-reply', bytes([4, 1, 0, 1]) + one)
+write('fuzz-convert', 'allocate-reply-count', bytes([4, 2, 0, 1]) + one)
+write('fuzz-convert', 'preferred-reply', bytes([5, 1, 0, 1, 2]) + word(0) + word(1))
+write('fuzz-convert', 'names', bytes([6]) + b'gpu.intel.com/i915')
+write('fuzz-convert', 'error-name', bytes([6]) + b'io.kgpu.Broker1.Error.UnknownDevice')
