@@ -26,6 +26,7 @@
 #include "daemons/broker/reconcile.h"
 #include "daemons/broker/policy.h"
 #include "daemons/broker/resources.h"
+#include "daemons/broker/sharing.h"
 #include "daemons/broker/store.h"
 
 #define LIST_ALLOCATIONS_MAX 65536      /* newest allocations listed */
@@ -321,126 +322,16 @@ static int read_requests(sd_bus_message *msg, Requests *q, sd_bus_error *error) 
         return sd_bus_message_exit_container(msg);
 }
 
-/* Sharing limit (intel.sharedDevNum): counts, per GPU touched by the call, the stored
- * allocations of this boot that hold one of its ids. An allocation holding an id that
- * this call asks for again is not counted: the kubelet hands a device id to a new
- * container only when the container that had it is gone. (With PodResources data
- * from reconciliation, "stored" becomes "live".) */
-typedef struct ShareCount {
-        const char *resource;
-        const char *boot_id;
-        const Requests *q;
-        const Gpu **gpus;
-        uint32_t *holders;
-        size_t n_gpus;
-} ShareCount;
-
-static bool id_on_gpu(const char *id, const Gpu *g) {
-        size_t l;
-        uint32_t share;
-
-        if (streq(id, g->info.id))
-                return true;
-        return policy_split_id(id, &l, &share) >= 0 && strlen(g->info.id) == l &&
-                strncmp(id, g->info.id, l) == 0;
-}
-
-static bool requests_contain(const Requests *q, const char *id) {
-        for (size_t i = 0; i < q->n; i++)
-                if (strv_contains(q->lists[i], id))
-                        return true;
-        return false;
-}
-
-static int share_count_one(uint64_t id, const char *resource, char * const *device_ids,
-                           uint64_t created_usec, const char *boot_id, void *userdata) {
-        ShareCount *c = userdata;
-
-        if (!streq(resource, c->resource) ||
-            (!isempty(c->boot_id) && !isempty(boot_id) && !streq(boot_id, c->boot_id)))
-                return 0;
-        for (char * const *i = device_ids; i && *i; i++)
-                if (requests_contain(c->q, *i))
-                        return 0;
-        for (size_t g = 0; g < c->n_gpus; g++)
-                for (char * const *i = device_ids; i && *i; i++)
-                        if (id_on_gpu(*i, c->gpus[g])) {
-                                c->holders[g]++;
-                                break;
-                        }
-        return 0;
-}
-
+/* Sharing limit (intel.sharedDevNum): see sharing.h. */
 static int check_share_limit(Manager *m, const char *resource, const Requests *q, sd_bus_error *error) {
-        _cleanup_free_ const Gpu **gpus = NULL;
-        _cleanup_free_ uint32_t *holders = NULL;
-        _cleanup_free_ Device *d = NULL;
-        uint32_t limit = resources_share_limit(m->resources, resource);
-        size_t n_gpus = 0, total = 0, n_d;
-        ShareCount c;
+        ResourceError e = {};
         int r;
 
-        if (limit == 0)
-                return 0;
-        for (size_t i = 0; i < q->n; i++)
-                total += strv_length(q->lists[i]);
-        gpus = calloc(total ?: 1, sizeof(Gpu *));
-        holders = calloc(total ?: 1, sizeof(uint32_t));
-        if (!gpus || !holders)
-                return -ENOMEM;
-
-        r = resources_get_devices(m->resources, resource, &d, &n_d);
-        if (r < 0)
-                return r;
-
-        /* Each container of the call counts once on each GPU it touches. */
-        for (size_t i = 0; i < q->n; i++)
-                for (char **j = q->lists[i]; j && *j; j++) {
-                        const Device *dev = resources_find_device(d, n_d, *j);
-                        bool again = false;
-                        size_t k;
-
-                        if (!dev || !dev->gpu)
-                                continue;
-                        for (char **p = q->lists[i]; p < j && !again; p++) {
-                                const Device *o = resources_find_device(d, n_d, *p);
-
-                                again = o && o->gpu == dev->gpu;
-                        }
-                        if (again)
-                                continue;
-                        for (k = 0; k < n_gpus && gpus[k] != dev->gpu; k++)
-                                ;
-                        if (k == n_gpus)
-                                gpus[n_gpus++] = dev->gpu;
-                        holders[k]++;
-                }
-
-        c = (ShareCount) {
-                .resource = resource,
-                .boot_id = m->boot_id,
-                .q = q,
-                .gpus = gpus,
-                .holders = holders,
-                .n_gpus = n_gpus,
-        };
-        r = store_foreach_allocation(m->store, 0, share_count_one, &c);
+        r = sharing_check_store(m->store, m->resources, resource, m->boot_id, (char ** const *) q->lists, q->n, &e);
         if (r < 0) {
-                log_warning_errno(r, "Failed to count the holders of %s in %s: %m", resource, store_get_path(m->store));
-                return sd_bus_error_setf(error, KGPU_ERROR_STATE, "Failed to read the state database: %s",
-                                         strerror(-r));
+                log_notice("Refusing Allocate of %s: %s", resource, e.message);
+                return reply_resource_error(&e, r, error);
         }
-        for (size_t k = 0; k < n_gpus; k++)
-                if (holders[k] > limit) {
-                        log_notice("Refusing Allocate of %s: GPU %s would have %" PRIu32 " containers, "
-                                   "the limit is %" PRIu32 " (intel.sharedDevNum).",
-                                   resource, gpus[k]->info.id, holders[k], limit);
-                        return sd_bus_error_setf(error, KGPU_ERROR_EXHAUSTED,
-                                                 "GPU %s of resource '%s' is already held by %" PRIu32
-                                                 " container(s); at most %" PRIu32 " may share it "
-                                                 "(intel.sharedDevNum)",
-                                                 gpus[k]->info.id, resource, holders[k] - 1, limit);
-                }
         return 0;
 }
 
