@@ -18,6 +18,8 @@
 
 #define GPU_HEALTHY   "Healthy"
 #define GPU_UNHEALTHY "Unhealthy"
+/* HealthReason of a served PF on which SR-IOV VFs were enabled while it was served. */
+#define GPU_REASON_SRIOV_PF "sriov-vfs-enabled"
 
 /* Longest sysfs attribute value the probe reads; anything longer is garbage. */
 #define GPU_SYSFS_VALUE_MAX 64

@@ -288,6 +288,46 @@ int manager_mark_removed(Manager *m, const char *syspath) {
         return 0;
 }
 
+int manager_recheck_pf(Manager *m, const char *pf_address) {
+        _cleanup_(udev_device_unrefp) struct udev_device *pci = NULL;
+        Gpu *g = NULL, *old;
+        int r;
+
+        if (!m->udev || !gpu_pci_address_is_valid(pf_address))
+                return 0;
+        pci = udev_device_new_from_subsystem_sysname(m->udev, "pci", pf_address);
+        if (!pci)
+                return 0;
+        r = udev_scan_read_gpu(m->udev, pci, &g);
+        if (r < 0)
+                return r;
+        if (r > 0) {
+                /* VFs disabled: the PF is a GPU (again). */
+                gpu_apply_memory_policy(g, m->memory_override, m->memory_reserved);
+                return manager_upsert_gpu(m, g);
+        }
+
+        /* VFs enabled on a PF we serve: it stays with the host from now on. */
+        old = manager_find_gpu(m, pf_address);
+        if (!old || !streq(old->health, GPU_HEALTHY))
+                return 0;
+        r = gpu_set_health(old, GPU_UNHEALTHY, GPU_REASON_SRIOV_PF);
+        if (r <= 0)
+                return r;
+        {
+                char *names[] = { (char *) "Health", (char *) "HealthReason", NULL };
+
+                r = probe_dbus_emit_gpu_changed(m, old, names);
+                if (r < 0)
+                        log_debug_errno(r, "Failed to emit PropertiesChanged for %s, ignoring: %m", old->id);
+        }
+        log_struct(LOG_NOTICE, KGPU_MESSAGE_GPU_HEALTH,
+                   "GPU %s has SR-IOV VFs enabled now, no longer serving it (its VFs are served).", old->id);
+        manager_notify_status(m);
+        manager_schedule_outputs(m);
+        return 1;
+}
+
 int manager_handle_device(Manager *m, struct udev_device *d) {
         _cleanup_(udev_device_unrefp) struct udev_device *pci = NULL;
         const char *action = udev_device_get_action(d);
@@ -297,8 +337,23 @@ int manager_handle_device(Manager *m, struct udev_device *d) {
         if (gpu_node_kind_from_sysname(udev_device_get_sysname(d)) == GPU_NODE_NONE)
                 return 0;
 
-        if (streq(action, "remove"))
-                return manager_mark_removed(m, udev_device_get_syspath(d));
+        if (streq(action, "remove")) {
+                const char *syspath = udev_device_get_syspath(d);
+
+                r = manager_mark_removed(m, syspath);
+                /* A VF going away (VFs being disabled): its PF may be a GPU again. */
+                for (size_t i = 0; r > 0 && i < m->n_gpus; i++)
+                        if ((streq(m->gpus[i]->card_syspath, syspath) ||
+                             streq(m->gpus[i]->render_syspath, syspath)) &&
+                            !isempty(m->gpus[i]->physical_function)) {
+                                _cleanup_free_ char *pf = strdup(m->gpus[i]->physical_function);
+
+                                if (pf)
+                                        (void) manager_recheck_pf(m, pf);
+                                break;
+                        }
+                return r;
+        }
 
         if (!streq(action, "add") && !streq(action, "change") && !streq(action, "bind") &&
             !streq(action, "move"))
@@ -311,6 +366,15 @@ int manager_handle_device(Manager *m, struct udev_device *d) {
         if (r <= 0)
                 return r;
         gpu_apply_memory_policy(g, m->memory_override, m->memory_reserved);
+        if (!isempty(g->physical_function)) {
+                _cleanup_free_ char *pf = strdup(g->physical_function);
+
+                r = manager_upsert_gpu(m, g);
+                /* A VF appeared: its PF has VFs enabled and is no GPU to serve any more. */
+                if (r >= 0 && pf)
+                        (void) manager_recheck_pf(m, pf);
+                return r;
+        }
         return manager_upsert_gpu(m, g);
 }
 

@@ -81,5 +81,10 @@ int manager_upsert_gpu(Manager *m, Gpu *g);
  * Returns 1 if a GPU changed, 0 if none matched or it was already unhealthy. */
 int manager_mark_removed(Manager *m, const char *syspath);
 
+/* Re-reads the SR-IOV PF at pf_address after one of its VFs came or went: a served PF
+ * that has VFs enabled now turns Unhealthy (reason GPU_REASON_SRIOV_PF), one whose VFs
+ * are disabled is read as a GPU again. Returns 1 if anything changed. */
+int manager_recheck_pf(Manager *m, const char *pf_address);
+
 /* Sends STATUS="N GPUs" to the service manager. */
 void manager_notify_status(Manager *m);

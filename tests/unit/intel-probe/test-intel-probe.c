@@ -504,6 +504,63 @@ START_TEST(test_manager_outputs_vf_removed) {
 }
 END_TEST
 
+START_TEST(test_manager_pf_vfs_toggled) {
+        g_autoptr(UMockdevTestbed) tb = testbed_load("sriov");
+        _cleanup_(manager_freep) Manager *m = NULL;
+        _cleanup_strv_free_ char **l = NULL;
+        const char *pf_sys = "/sys/devices/pci0000:4d/0000:4d:00.0";
+        Gpu *pf;
+
+        /* VFs disabled at start: the PF is a GPU. */
+        umockdev_testbed_set_attribute(tb, pf_sys, "sriov_numvfs", "0\n");
+        ck_assert_int_eq(manager_new(&m), 0);
+        m->udev = udev_new();
+        ck_assert_int_eq(manager_rescan(m), 0);
+        ck_assert_uint_eq(m->n_gpus, 5);
+        pf = manager_find_gpu(m, "0000:4d:00.0");
+        ck_assert_ptr_nonnull(pf);
+        ck_assert_str_eq(pf->health, GPU_HEALTHY);
+
+        /* VFs enabled while it is served: Unhealthy, out of the labels. */
+        umockdev_testbed_set_attribute(tb, pf_sys, "sriov_numvfs", "4\n");
+        ck_assert_int_eq(manager_recheck_pf(m, "0000:4d:00.0"), 1);
+        ck_assert_str_eq(pf->health, GPU_UNHEALTHY);
+        ck_assert_str_eq(pf->health_reason, GPU_REASON_SRIOV_PF);
+        ck_assert_int_eq(manager_recheck_pf(m, "0000:4d:00.0"), 0);
+        ck_assert_int_eq(labels_intel_build(m->gpus, m->n_gpus, 0, &l), 0);
+        ck_assert(strv_contains(l, "gpu.intel.com/gpu-numbers=1.2.3.4"));
+
+        /* Disabled again: healthy again. */
+        umockdev_testbed_set_attribute(tb, pf_sys, "sriov_numvfs", "0\n");
+        ck_assert_int_eq(manager_recheck_pf(m, "0000:4d:00.0"), 0);
+        ck_assert_str_eq(pf->health, GPU_HEALTHY);
+        ck_assert_int_eq(manager_recheck_pf(m, "bogus"), 0);
+}
+END_TEST
+
+START_TEST(test_config_keys) {
+        _cleanup_(config_freep) Config *c = NULL, *d = NULL;
+        _cleanup_free_ char *err = NULL, *err2 = NULL;
+        static const char yaml[] =
+                "labels:\n  featureFile: /run/nfd/kgpu\n"
+                "cdi:\n  specDirectory: /run/cdi2\n"
+                "intel:\n  memoryReserved: \"1000\"\n  pciGroupingLevel: 2\n";
+
+        unsetenv("KGPU_LABELS_FEATURE_FILE");
+        unsetenv("KGPU_CDI_SPEC_DIRECTORY");
+        ck_assert_int_eq(config_load_string(yaml, strlen(yaml), "kgpu.yaml", NULL, 0, &c, &err), 0);
+        ck_assert_str_eq(c->labels_feature_file, "/run/nfd/kgpu");
+        ck_assert_str_eq(c->cdi_spec_directory, "/run/cdi2");
+        ck_assert_str_eq(c->intel_memory_reserved, "1000");
+        ck_assert_uint_eq(c->intel_pci_grouping_level, 2);
+        /* Defaults. */
+        ck_assert_int_eq(config_load_string("", 0, "kgpu.yaml", NULL, 0, &d, &err2), 0);
+        ck_assert_str_eq(d->labels_feature_file, OUTPUTS_FEATURE_FILE_DEFAULT);
+        ck_assert_str_eq(d->cdi_spec_directory, OUTPUTS_CDI_DIRECTORY_DEFAULT);
+        ck_assert_uint_eq(d->intel_pci_grouping_level, 0);
+}
+END_TEST
+
 START_TEST(test_configure_invalid) {
         _cleanup_(manager_freep) Manager *m = NULL;
         _cleanup_(config_freep) Config *c = NULL;
@@ -544,6 +601,8 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_integrated);
         tcase_add_test(tc, test_no_gpus);
         tcase_add_test(tc, test_manager_outputs_vf_removed);
+        tcase_add_test(tc, test_manager_pf_vfs_toggled);
+        tcase_add_test(tc, test_config_keys);
         tcase_add_test(tc, test_configure_invalid);
         tcase_add_test(tc, test_write_atomic_errors);
         suite_add_tcase(s, tc);
