@@ -479,7 +479,11 @@ START_TEST(test_manager_outputs_vf_removed) {
         labels2 = slurp(ff);
         ck_assert_ptr_nonnull(strstr(labels2, "gpu.intel.com/gpu-numbers=1.3.4\n"));
         ck_assert_ptr_nonnull(strstr(labels2, "gpu.intel.com/millicores=3000\n"));
-        spec = slurp(g_strdup_printf("%s/" OUTPUTS_CDI_FILE, cdi));
+        {
+                g_autofree char *spec_path = g_strdup_printf("%s/" OUTPUTS_CDI_FILE, cdi);
+
+                spec = slurp(spec_path);
+        }
         ck_assert_ptr_nonnull(spec);
         ck_assert_str_eq(spec, sriov_cdi);
 
