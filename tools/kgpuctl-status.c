@@ -1,13 +1,28 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* kgpuctl-status.c — "kgpuctl status": which daemons answer, their versions and uptime. */
+/*
+ * kgpuctl-status.c — "kgpuctl status": which daemons answer, their versions, uptime and
+ * the front end's registration state.
+ *
+ * The probe and the broker answer on D-Bus (Version, StartTime). kgpu-grpcd has no
+ * D-Bus interface, on purpose (it only translates), so its state is read without it:
+ * for each resource the broker advertises, whether its plugin socket exists in the
+ * kubelet's device-plugins directory (kubelet.devicePluginPath), and whether the
+ * kubelet's own socket is there. That needs no privilege beyond search access to the
+ * directory (the kgpu group has it; others see "unknown"), works with any bus and
+ * without systemd. When systemd is on the bus, the unit's state, its StatusText (grpcd
+ * reports "N resources registered" there) and its uptime are shown too.
+ */
 
 #include <errno.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "common/bus-names.h"
+#include "common/cleanup.h"
+#include "common/config.h"
 #include "common/util.h"
 #include "tools/kgpuctl.h"
 
@@ -39,18 +54,155 @@ static void query(Ctl *c, DaemonStatus *d) {
         sd_bus_error_free(&e);
 }
 
+typedef struct SocketState {
+        char *resource;
+        const char *state;              /* "serving", "no socket", "unknown" */
+} SocketState;
+
+/* The front end as systemd sees it; best effort, all fields stay NULL/0 without systemd. */
+typedef struct UnitInfo {
+        char *active_state;
+        char *status_text;
+        uint64_t active_enter;          /* CLOCK_REALTIME µs */
+} UnitInfo;
+
+static void query_unit(Ctl *c, const char *unit, UnitInfo *u) {
+        sd_bus_error e = SD_BUS_ERROR_NULL;
+        sd_bus_message *reply = NULL;
+        const char *path;
+        int r;
+
+        r = sd_bus_call_method(c->bus, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
+                               "org.freedesktop.systemd1.Manager", "GetUnit", &e, &reply, "s", unit);
+        if (r >= 0 && sd_bus_message_read(reply, "o", &path) > 0) {
+                (void) sd_bus_get_property_string(c->bus, "org.freedesktop.systemd1", path,
+                                                  "org.freedesktop.systemd1.Unit", "ActiveState", NULL,
+                                                  &u->active_state);
+                (void) sd_bus_get_property_string(c->bus, "org.freedesktop.systemd1", path,
+                                                  "org.freedesktop.systemd1.Service", "StatusText", NULL,
+                                                  &u->status_text);
+                (void) sd_bus_get_property_trivial(c->bus, "org.freedesktop.systemd1", path,
+                                                   "org.freedesktop.systemd1.Unit", "ActiveEnterTimestamp", NULL,
+                                                   't', &u->active_enter);
+        }
+        sd_bus_message_unref(reply);
+        sd_bus_error_free(&e);
+}
+
+/* Fills *ret with one entry per advertised resource; returns the count or negative errno. */
+static int query_sockets(Ctl *c, const char *dir, SocketState **ret, bool *ret_kubelet) {
+        sd_bus_error e = SD_BUS_ERROR_NULL;
+        sd_bus_message *reply = NULL;
+        SocketState *s = NULL;
+        size_t n = 0;
+        struct stat st;
+        int r;
+
+        r = sd_bus_call_method(c->bus, KGPU_BROKER_BUS_NAME, KGPU_BROKER_PATH, KGPU_BROKER_INTERFACE,
+                               "ListResources", &e, &reply, "");
+        sd_bus_error_free(&e);
+        if (r < 0)
+                return r;
+        r = sd_bus_message_enter_container(reply, 'a', "(sbb)");
+        while (r > 0) {
+                _cleanup_free_ char *path = NULL;
+                const char *name;
+                int a, b;
+                SocketState *t;
+
+                r = sd_bus_message_read(reply, "(sbb)", &name, &a, &b);
+                if (r <= 0)
+                        break;
+                if (n >= 1024) {
+                        r = -E2BIG;
+                        break;
+                }
+                t = reallocarray(s, n + 1, sizeof(SocketState));
+                if (!t) {
+                        r = -ENOMEM;
+                        break;
+                }
+                s = t;
+                s[n].resource = strdup(name);
+                if (!s[n].resource) {
+                        r = -ENOMEM;
+                        break;
+                }
+                if (asprintf(&path, "%s/kgpu-%s.sock", dir, name) < 0) {
+                        free(s[n++].resource);
+                        r = -ENOMEM;
+                        break;
+                }
+                for (char *p = path + strlen(dir) + 1; *p; p++)
+                        if (*p == '/')
+                                *p = '-';
+                if (stat(path, &st) >= 0)
+                        s[n].state = S_ISSOCK(st.st_mode) ? "serving" : "no socket";
+                else
+                        s[n].state = errno == ENOENT ? "no socket" : "unknown";
+                n++;
+        }
+        sd_bus_message_unref(reply);
+        if (r < 0) {
+                for (size_t i = 0; i < n; i++)
+                        free(s[i].resource);
+                free(s);
+                return r;
+        }
+        {
+                _cleanup_free_ char *k = NULL;
+
+                *ret_kubelet = asprintf(&k, "%s/kubelet.sock", dir) >= 0 && stat(k, &st) >= 0 && S_ISSOCK(st.st_mode);
+        }
+        *ret = s;
+        return (int) n;
+}
+
+static void print_uptime(uint64_t up) {
+        printf("%llud %02lluh %02llum %02llus", (unsigned long long) up / 86400, (unsigned long long) up / 3600 % 24,
+               (unsigned long long) up / 60 % 60, (unsigned long long) up % 60);
+}
+
 int ctl_status(Ctl *c, int argc, char **argv) {
         DaemonStatus ds[] = {
                 { "kgpu-probed", KGPU_PROBE_BUS_NAME, KGPU_PROBE_PATH, KGPU_PROBE_INTERFACE },
                 { "kgpu-brokerd", KGPU_BROKER_BUS_NAME, KGPU_BROKER_PATH, KGPU_BROKER_INTERFACE },
         };
         uint64_t now = now_usec(CLOCK_REALTIME);
-        bool all_up = true;
+        SocketState *socks = NULL;
+        UnitInfo unit = {};
+        bool all_up = true, kubelet = false, grpcd_up;
+        const char *dir, *grpcd_state;
+        int n_socks = -1, r;
+        size_t serving = 0;
+
+        if (argc > 1) {
+                fprintf(stderr, "status takes no arguments.\n");
+                return -EINVAL;
+        }
+        r = ctl_load_config(c);
+        if (r < 0)
+                return r;
+        dir = c->config->device_plugin_path;
 
         for (size_t i = 0; i < ELEMENTSOF(ds); i++) {
                 query(c, &ds[i]);
                 all_up = all_up && !ds[i].error;
         }
+        if (!ds[1].error)
+                n_socks = query_sockets(c, dir, &socks, &kubelet);
+        for (int i = 0; i < n_socks; i++)
+                serving += streq(socks[i].state, "serving");
+        query_unit(c, "kgpu-grpcd.service", &unit);
+
+        /* systemd's word wins; without systemd, sockets being served mean it runs. */
+        if (unit.active_state)
+                grpcd_up = streq(unit.active_state, "active") || streq(unit.active_state, "reloading");
+        else
+                grpcd_up = serving > 0;
+        grpcd_state = unit.active_state ? unit.active_state : grpcd_up ? "serving" : n_socks > 0 ? "down?" : "unknown";
+        if (n_socks > 0 && !grpcd_up)
+                all_up = false;
 
         if (c->json)
                 printf("[");
@@ -72,14 +224,55 @@ int ctl_status(Ctl *c, int argc, char **argv) {
                         printf("}");
                 } else if (ds[i].error)
                         printf("%-14s %-10s %-10s %s\n", ds[i].name, "down", "-", ds[i].error);
-                else
-                        printf("%-14s %-10s %-10s %llud %02lluh %02llum %02llus\n", ds[i].name, "running",
-                               ds[i].version, (unsigned long long) up / 86400, (unsigned long long) up / 3600 % 24,
-                               (unsigned long long) up / 60 % 60, (unsigned long long) up % 60);
+                else {
+                        printf("%-14s %-10s %-10s ", ds[i].name, "running", ds[i].version);
+                        print_uptime(up);
+                        printf("\n");
+                }
                 free(ds[i].version);
                 free(ds[i].error);
         }
-        if (c->json)
-                printf("]\n");
+
+        {
+                uint64_t up = unit.active_enter && now > unit.active_enter ? (now - unit.active_enter) / 1000000ULL : 0;
+
+                if (c->json) {
+                        printf(",{\"daemon\":\"kgpu-grpcd\",\"running\":%s,\"state\":", grpcd_up ? "true" : "false");
+                        ctl_json_string(grpcd_state);
+                        printf(",\"uptime_seconds\":%llu,\"status_text\":", (unsigned long long) up);
+                        ctl_json_string(unit.status_text);
+                        printf(",\"device_plugin_path\":");
+                        ctl_json_string(dir);
+                        printf(",\"kubelet_socket\":%s,\"resources\":[", kubelet ? "true" : "false");
+                        for (int i = 0; i < n_socks; i++) {
+                                printf("%s{\"resource\":", i ? "," : "");
+                                ctl_json_string(socks[i].resource);
+                                printf(",\"socket\":");
+                                ctl_json_string(socks[i].state);
+                                printf("}");
+                        }
+                        printf("]}]\n");
+                } else {
+                        printf("%-14s %-10s %-10s ", "kgpu-grpcd", grpcd_state, "-");
+                        if (up)
+                                print_uptime(up);
+                        else
+                                printf("-");
+                        printf("%s%s\n", unit.status_text && *unit.status_text ? "  " : "",
+                               unit.status_text ?: "");
+                        printf("\nPlugin sockets in %s (kubelet.sock %s):\n", dir, kubelet ? "present" : "absent");
+                        if (n_socks < 0)
+                                printf("  unknown: the broker is not running\n");
+                        else if (n_socks == 0)
+                                printf("  no resources advertised\n");
+                        for (int i = 0; i < n_socks; i++)
+                                printf("  %-40s %s\n", socks[i].resource, socks[i].state);
+                }
+        }
+        for (int i = 0; i < n_socks; i++)
+                free(socks[i].resource);
+        free(socks);
+        free(unit.active_state);
+        free(unit.status_text);
         return all_up ? 0 : -ENOTCONN;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/bus-names.h"
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "tools/kgpuctl.h"
@@ -15,13 +16,31 @@
 static const struct {
         const char *name;
         int (*run)(Ctl *c, int argc, char **argv);
+        bool bus;
         const char *help;
 } verbs[] = {
-        { "status",      ctl_status,      "daemons, versions and uptime" },
-        { "devices",     ctl_devices,     "GPUs the probe sees" },
-        { "resources",   ctl_resources,   "resources the broker advertises, with their devices" },
-        { "allocations", ctl_allocations, "allocations the broker holds" },
+        { "status",        ctl_status,        true,  "daemons, versions, uptime, registration state" },
+        { "devices",       ctl_devices,       true,  "GPUs the probe sees" },
+        { "resources",     ctl_resources,     true,  "resources the broker advertises, with their devices" },
+        { "allocations",   ctl_allocations,   true,  "allocations the broker holds" },
+        { "labels",        ctl_labels,        false, "node labels the probe published for NFD" },
+        { "rescan",        ctl_rescan,        true,  "make the probe enumerate the GPUs again (root)" },
+        { "render-device", ctl_render_device, false, "[N] path of the Nth render node (no daemons needed)" },
 };
+
+int ctl_load_config(Ctl *c) {
+        _cleanup_free_ char *error = NULL;
+        int r;
+
+        if (c->config)
+                return 0;
+        r = config_load(c->config_path, NULL, 0, &c->config, &error);
+        if (r < 0) {
+                fprintf(stderr, "Invalid configuration: %s\n", error ?: strerror(-r));
+                return r;
+        }
+        return 0;
+}
 
 int ctl_call_failed(const char *what, const char *daemon, const sd_bus_error *e, int r) {
         if (e && (sd_bus_error_has_name(e, SD_BUS_ERROR_SERVICE_UNKNOWN) ||
@@ -53,12 +72,14 @@ static void help(void) {
                "Inspect the kgpu GPU device plugin.\n\n"
                "Commands:\n");
         for (size_t i = 0; i < ELEMENTSOF(verbs); i++)
-                printf("  %-12s %s\n", verbs[i].name, verbs[i].help);
+                printf("  %-14s %s\n", verbs[i].name, verbs[i].help);
         printf("\nOptions:\n"
                "  -h --help      show this help\n"
                "     --version   show the version\n"
                "     --json      print JSON instead of tables\n"
-               "\nThe system bus is used (DBUS_SYSTEM_BUS_ADDRESS overrides its address).\n");
+               "     --config=FILE  configuration file (default %s)\n"
+               "\nThe system bus is used (DBUS_SYSTEM_BUS_ADDRESS overrides its address).\n",
+               KGPU_CONFIG_FILE_DEFAULT);
 }
 
 int main(int argc, char **argv) {
@@ -66,6 +87,7 @@ int main(int argc, char **argv) {
                 { "help",    no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, 'V' },
                 { "json",    no_argument, NULL, 'j' },
+                { "config",  required_argument, NULL, 'c' },
                 {}
         };
         Ctl c = {};
@@ -83,6 +105,9 @@ int main(int argc, char **argv) {
                 case 'j':
                         c.json = true;
                         break;
+                case 'c':
+                        c.config_path = optarg;
+                        break;
                 default:
                         return EXIT_FAILURE;
                 }
@@ -94,13 +119,16 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < ELEMENTSOF(verbs); i++) {
                 if (!streq(argv[optind], verbs[i].name))
                         continue;
-                r = sd_bus_open_system(&c.bus);
-                if (r < 0) {
-                        fprintf(stderr, "Cannot connect to the system bus: %s\n", strerror(-r));
-                        return EXIT_FAILURE;
+                if (verbs[i].bus) {
+                        r = sd_bus_open_system(&c.bus);
+                        if (r < 0) {
+                                fprintf(stderr, "Cannot connect to the system bus: %s\n", strerror(-r));
+                                return EXIT_FAILURE;
+                        }
                 }
                 r = verbs[i].run(&c, argc - optind, argv + optind);
                 sd_bus_flush_close_unref(c.bus);
+                config_free(c.config);
                 return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
         }
         fprintf(stderr, "Unknown command '%s'; see kgpuctl --help.\n", argv[optind]);

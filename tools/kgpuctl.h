@@ -12,10 +12,17 @@
 
 #include <systemd/sd-bus.h>
 
+typedef struct Config Config;
+
 typedef struct Ctl {
-        sd_bus *bus;
+        sd_bus *bus;                    /* NULL for commands that need no bus */
         bool json;
+        const char *config_path;        /* --config=FILE, NULL: the default */
+        Config *config;                 /* loaded on first use by ctl_load_config() */
 } Ctl;
+
+/* Loads kgpu.yaml (and the environment) once; prints a clear error on failure. */
+int ctl_load_config(Ctl *c);
 
 /* Turns a failed call into one clear line on stderr; returns r. */
 int ctl_call_failed(const char *what, const char *daemon, const sd_bus_error *e, int r);
@@ -26,3 +33,6 @@ int ctl_status(Ctl *c, int argc, char **argv);
 int ctl_devices(Ctl *c, int argc, char **argv);
 int ctl_resources(Ctl *c, int argc, char **argv);
 int ctl_allocations(Ctl *c, int argc, char **argv);
+int ctl_labels(Ctl *c, int argc, char **argv);
+int ctl_rescan(Ctl *c, int argc, char **argv);
+int ctl_render_device(Ctl *c, int argc, char **argv);
