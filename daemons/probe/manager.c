@@ -12,6 +12,7 @@
 #include <pwd.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <unistd.h>
 
 #include <systemd/sd-daemon.h>
 
@@ -133,9 +134,12 @@ int manager_write_outputs(Manager *m) {
                 _cleanup_free_ char *spec = NULL, *path = NULL;
 
                 k = outputs_cdi_spec(m->gpus, m->n_gpus, &spec);
-                if (k >= 0)
-                        k = asprintf(&path, "%s/%s", m->cdi_directory, OUTPUTS_CDI_FILE) < 0 ? -ENOMEM : 0;
-                if (k >= 0)
+                if (k >= 0 && asprintf(&path, "%s/%s", m->cdi_directory, OUTPUTS_CDI_FILE) < 0)
+                        k = -ENOMEM;
+                /* CDI refuses a spec without devices: no GPU, no file. */
+                if (k == 0)
+                        k = unlink(path) < 0 && errno != ENOENT ? negative_errno() : 0;
+                else if (k > 0)
                         k = outputs_write_atomic(path, spec, strlen(spec));
                 if (k < 0) {
                         log_warning_errno(k, "Failed to write the CDI spec to %s, ignoring: %m", m->cdi_directory);

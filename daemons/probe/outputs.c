@@ -154,7 +154,7 @@ static int append(char **buf, const char *s) {
 int outputs_cdi_spec(Gpu * const *gpus, size_t n, char **ret) {
         _cleanup_free_ char *b = strdup("");
         bool first = true;
-        int r;
+        int r, n_devices = 0;
 
         if (!b)
                 return -ENOMEM;
@@ -173,6 +173,7 @@ int outputs_cdi_spec(Gpu * const *gpus, size_t n, char **ret) {
                     (r = append(&b, ",\n      \"containerEdits\": {\n        \"deviceNodes\": [")) < 0)
                         return r;
                 first = false;
+                n_devices++;
                 for (size_t k = 0; g->device_nodes[k]; k++) {
                         if ((r = append(&b, k ? ",\n          { \"path\": " : "\n          { \"path\": ")) < 0 ||
                             (r = json_append_str(&b, g->device_nodes[k])) < 0 ||
@@ -186,5 +187,5 @@ int outputs_cdi_spec(Gpu * const *gpus, size_t n, char **ret) {
                 return r;
 
         *ret = TAKE_PTR(b);
-        return 0;
+        return n_devices;
 }

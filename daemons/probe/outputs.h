@@ -26,7 +26,7 @@ int outputs_write_atomic(const char *path, const char *data, size_t len);
 
 /* The CDI spec (JSON, cdiVersion 0.5.0, kind gpu.intel.com/gpu) with one device per
  * Healthy GPU, named by its id (the PCI address), whose containerEdits.deviceNodes are the
- * GPU's DRM nodes (path and type "c"), in id order. */
+ * GPU's DRM nodes (path and type "c"), in id order. Returns the number of devices. */
 int outputs_cdi_spec(Gpu * const *gpus, size_t n, char **ret);
 
 /* The CDI device name of a GPU id ("0000:03:00.0" is a valid CDI device name). */

@@ -494,6 +494,19 @@ START_TEST(test_manager_outputs_vf_removed) {
         labels3 = slurp(ff);
         ck_assert_str_eq(labels3, labels);
 
+        /* Every GPU gone: labels say so, and the CDI spec (CDI wants devices) is removed. */
+        for (size_t i = 0; i < m->n_gpus; i++)
+                ck_assert_int_eq(manager_mark_removed(m, m->gpus[i]->card_syspath), 1);
+        ck_assert_int_eq(manager_write_outputs(m), 0);
+        {
+                g_autofree char *empty = slurp(ff), *spec_path = g_strdup_printf("%s/" OUTPUTS_CDI_FILE, cdi);
+
+                ck_assert_str_eq(empty, "gpu.intel.com/tiles=0\n");
+                ck_assert_int_eq(access(spec_path, F_OK), -1);
+        }
+        ck_assert_int_eq(manager_rescan(m), 0);
+        ck_assert_int_eq(manager_write_outputs(m), 0);
+
         /* No temp files left next to the outputs. */
         {
                 g_autofree char *cmd = g_strdup_printf("test -z \"$(ls -A %s/features.d | grep -v '^kgpu$')\" && "
