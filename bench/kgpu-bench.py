@@ -11,6 +11,9 @@
 #   hotplug      udev remove written to the testbed -> ListAndWatch update received
 #                (and add -> Healthy again)
 #   rss          VmRSS of each daemon when idle after start, and after the run
+#   shared_*     (--shared) layout eight-gpus with intel.sharedDevNum=16 (128 device ids):
+#                GetPreferredAllocation over all 128 ids (size 1 and 4) per policy, and
+#                Allocate of one share with the sharing limit checked
 # Prints a table; --json FILE writes every number. --quick uses small counts (CI smoke
 # run). Latencies include the python3-grpcio client's own overhead (~100-200 µs/call).
 # Exit status 0 unless the node failed to start or a call failed.
@@ -55,6 +58,36 @@ def timed_calls(fn, n, warmup=20):
     return out
 
 
+def bench_shared(build_root, calls):
+    """GetPreferredAllocation and Allocate on eight-gpus x 16 shares, per policy."""
+    out = {}
+    for policy in ('balanced', 'packed', 'none'):
+        node = harness.Node(build_root=build_root, layout='eight-gpus', resources=[RES_I915],
+                            config_extra='intel:\n  sharedDevNum: 16\n  allocationPolicy: %s\n' % policy)
+        try:
+            node.start()
+            cl = node.kubelet.plugin(RES_I915)
+            _, devs = cl.wait_update(lambda d: len(d) == 128, timeout=10)
+            ids = [d['id'] for d in devs]
+            for size in (1, 4):
+                out['shared_preferred_%s_size%d' % (policy, size)] = summary(timed_calls(
+                    lambda: cl.get_preferred_allocation(ids, [], size), calls))
+            if policy == 'balanced':
+                # Every call a new container on one of the 128 shares: the limit check
+                # reads every recorded allocation (up to `calls` of them).
+                it = iter(range(10 ** 9))
+                out['shared_allocate'] = summary(timed_calls(
+                    lambda: cl.allocate([ids[next(it) % len(ids)]]), calls))
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+            node.dump_logs()
+            node.stop()
+            return None
+        node.stop()
+    return out
+
+
 def rss_all(node):
     return {name: harness.rss_kb(d.pid) for name, d in node.daemons.items() if d.alive()}
 
@@ -67,6 +100,8 @@ def main():
     ap.add_argument('--calls', type=int, help='Allocate/GetPreferredAllocation calls (default 2000)')
     ap.add_argument('--restarts', type=int, help='kubelet restarts (default 50)')
     ap.add_argument('--hotplugs', type=int, help='remove/add rounds (default 20)')
+    ap.add_argument('--shared', action='store_true',
+                    help='also measure 8 GPUs x 16 shares (balanced, packed, none)')
     args = ap.parse_args()
     calls = args.calls or (100 if args.quick else 2000)
     restarts = args.restarts or (5 if args.quick else 50)
@@ -128,6 +163,11 @@ def main():
         node.stop()
         return 1
     node.stop()
+    if args.shared:
+        r = bench_shared(build_root, calls)
+        if r is None:
+            return 1
+        results.update(r)
 
     print('kgpu end-to-end benchmark (%s, %d CPUs, client python3-grpcio %s)' % (
         results['host']['machine'], results['host']['cpus'], results['host']['python_grpcio']))
@@ -136,7 +176,8 @@ def main():
                        ('preferred', 'GetPreferredAllocation'),
                        ('reregister', 'kubelet restart -> Register'),
                        ('hotplug_remove', 'udev remove -> ListAndWatch'),
-                       ('hotplug_add', 'udev add -> ListAndWatch')):
+                       ('hotplug_add', 'udev add -> ListAndWatch')) + tuple(
+                           (k, k.replace('_', ' ')) for k in sorted(results) if k.startswith('shared_')):
         r = results.get(key)
         if r:
             print('%-36s %6d %9.3f %9.3f %9.3f' % (label, r['n'], r['p50_ms'], r['p99_ms'], r['max_ms']))
