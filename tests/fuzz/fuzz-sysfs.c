@@ -81,6 +81,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (gpu_driver_is_intel(s) && strcmp(s, "i915") != 0 && strcmp(s, "xe") != 0)
                 abort();
 
+        /* PCI class (at most 24 bits) and GPU_MEMORY_* values (at most 2^60, decimal). */
+        {
+                uint32_t cls = UINT32_MAX, cls2;
+                uint64_t env = UINT64_MAX, env2;
+
+                if (gpu_parse_pci_class(s, &cls) >= 0) {
+                        snprintf(again, sizeof again, "0x%06" PRIx32, cls);
+                        if (cls > 0xffffff || gpu_parse_pci_class(again, &cls2) < 0 || cls2 != cls)
+                                abort();
+                } else if (cls != UINT32_MAX)
+                        abort();
+                if (gpu_parse_memory_env(s, &env) >= 0) {
+                        snprintf(again, sizeof again, "%" PRIu64, env);
+                        if (env > (UINT64_C(1) << 60) || gpu_parse_memory_env(again, &env2) < 0 || env2 != env)
+                                abort();
+                } else if (env != UINT64_MAX)
+                        abort();
+        }
+
         /* Overflow check of the total with hostile halves. */
         if (size >= 12) {
                 uint64_t per_tile;

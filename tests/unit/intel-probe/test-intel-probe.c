@@ -117,6 +117,46 @@ START_TEST(test_split) {
 }
 END_TEST
 
+/* Random values of digits and separators: every chunk fits, chunks 2.. start with "Z",
+ * and stripping the Zs gives the value back. */
+START_TEST(test_split_random) {
+        static const char alphabet[] = "0123456789._-ab";
+        unsigned seed = 12345;
+
+        for (unsigned round = 0; round < 5000; round++) {
+                _cleanup_strv_free_ char **l = NULL;
+                _cleanup_free_ char *joined = NULL;
+                char v[400];
+                size_t len, max = 2 + rand_r(&seed) % 70;
+                int r;
+
+                len = (size_t) rand_r(&seed) % (sizeof(v) - 1);
+                for (size_t i = 0; i < len; i++)
+                        v[i] = alphabet[rand_r(&seed) % (sizeof(alphabet) - 1)];
+                v[len] = 0;
+                r = labels_intel_split(v, max, "Z", &l);
+                if (r < 0) {
+                        ck_assert_int_eq(r, -EINVAL);      /* a chunk without alphanumerics */
+                        ck_assert_ptr_null(l);
+                        continue;
+                }
+                joined = strdup(l[0]);
+                ck_assert_ptr_nonnull(joined);
+                for (size_t i = 0; l[i]; i++) {
+                        ck_assert_uint_le(strlen(l[i]), max);
+                        if (i == 0)
+                                continue;
+                        ck_assert_int_eq(l[i][0], 'Z');
+                        char *t = NULL;
+                        ck_assert_int_ge(asprintf(&t, "%s%s", joined, l[i] + 1), 0);
+                        free(joined);
+                        joined = t;
+                }
+                ck_assert_str_eq(joined, v);
+        }
+}
+END_TEST
+
 START_TEST(test_parse) {
         uint64_t v = 7;
         uint32_t c = 0;
@@ -608,6 +648,7 @@ static Suite *suite(void) {
         TCase *tc = tcase_create("core");
 
         tcase_add_test(tc, test_split);
+        tcase_add_test(tc, test_split_random);
         tcase_add_test(tc, test_parse);
         tcase_add_test(tc, test_memory_policy);
         tcase_add_test(tc, test_eight_gpus);
