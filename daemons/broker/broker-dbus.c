@@ -560,7 +560,7 @@ const sd_bus_vtable broker_vtable[] = {
                                 SD_BUS_RESULT("a(tsast)", allocations),
                                 method_list_allocations, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("Reconcile",
-                                SD_BUS_ARGS("a(sasss)", containers),
+                                SD_BUS_ARGS("a(sassss)", containers),
                                 SD_BUS_RESULT("at", released),
                                 reconcile_method, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_SIGNAL_WITH_ARGS("ResourcesChanged",

@@ -257,13 +257,13 @@ static int read_live(sd_bus_message *msg, LiveContainer **ret, size_t *ret_n, sd
         size_t n = 0, allocated = 0, total = 0;
         int r;
 
-        r = sd_bus_message_enter_container(msg, 'a', "(sasss)");
+        r = sd_bus_message_enter_container(msg, 'a', "(sassss)");
         if (r < 0)
                 goto fail;
         for (;;) {
                 LiveContainer *c;
 
-                r = sd_bus_message_enter_container(msg, 'r', "sasss");
+                r = sd_bus_message_enter_container(msg, 'r', "sassss");
                 if (r < 0)
                         goto fail;
                 if (r == 0)

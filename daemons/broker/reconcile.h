@@ -75,5 +75,5 @@ int reconcile_plan(const ReconcileAllocation *allocs, size_t n_allocs,
 /* Loads every allocation from m->store, plans and applies; logs. -ENXIO without store. */
 int reconcile_run(Manager *m, const LiveContainer *live, size_t n_live, ReconcilePlan *ret_plan);
 
-/* Broker1.Reconcile(a(sasss) containers) -> (at released). */
+/* Broker1.Reconcile(a(sassss) containers) -> (at released). */
 int reconcile_method(sd_bus_message *msg, void *userdata, sd_bus_error *error);

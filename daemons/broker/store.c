@@ -53,8 +53,8 @@ static const char * const statement_sql[_STMT_MAX] = {
                 "ORDER BY a.id, d.rowid",
         [STMT_DELETE_ALLOCATION] = "DELETE FROM allocations WHERE id = ?1",
         [STMT_SET_HOLDER] =
-                "UPDATE allocations SET pod_namespace = ?2, pod_name = ?3, container_name = ?4, "
-                "seen_usec = ?5 WHERE id = ?1",
+                ("UPDATE allocations SET pod_namespace = ?2, pod_name = ?3, container_name = ?4, "
+                 "seen_usec = ?5 WHERE id = ?1"),
 };
 
 /* Schema v1. user_version is set in the same transaction, so a crash while creating

@@ -18,6 +18,7 @@
 #include "common/util.h"
 #include "daemons/grpc/broker-client.h"
 #include "daemons/grpc/convert.h"
+#include "daemons/grpc/podresources.h"
 
 static uint64_t broker_timeout_usec(Manager *m) {
         uint32_t ms = m->config->broker_timeout_ms;
@@ -176,6 +177,9 @@ static void broker_set_present(Manager *m, bool present) {
                         log_info("%s is on the bus.", KGPU_BROKER_BUS_NAME);
                 m->broker_present = true;
                 m->broker_wait_logged = false;
+                /* Reconcile whenever a broker appears: a new one may hold stale records. */
+                if (m->pod_resources)
+                        (void) pod_resources_sync(m->pod_resources, NULL, NULL);
                 r = broker_list_resources(m);
                 if (r < 0)
                         log_warning_errno(r, "Failed to call ListResources, ignoring: %m");

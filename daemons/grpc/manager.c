@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "common/paths.h"
 #include "common/util.h"
+#include "daemons/grpc/podresources.h"
 #include "daemons/grpc/broker-client.h"
 #include "daemons/grpc/manager.h"
 #include "daemons/grpc/plugin.h"
@@ -96,6 +97,7 @@ Manager *manager_free(Manager *m) {
          * release forwarded gRPC calls), then the servers and their sockets. */
         for (size_t i = 0; i < m->n_plugins; i++)
                 registration_cancel(m->plugins[i]);
+        m->pod_resources = pod_resources_client_free(m->pod_resources);
         if (m->bus) {
                 broker_client_stop(m);
                 m->bus = sd_bus_flush_close_unref(m->bus);
@@ -388,6 +390,12 @@ int manager_start(Manager *m) {
         r = sd_bus_set_exit_on_disconnect(m->bus, true);
         if (r < 0)
                 return log_error_errno(r, "Failed to set exit-on-disconnect: %m");
+
+        r = pod_resources_client_new(m, &m->pod_resources);
+        if (r >= 0)
+                r = pod_resources_client_start(m->pod_resources);
+        if (r < 0)
+                return log_error_errno(r, "Failed to set up PodResources reconciliation: %m");
 
         r = broker_client_start(m);
         if (r < 0)

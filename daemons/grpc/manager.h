@@ -51,6 +51,9 @@ typedef struct Manager {
         uint64_t kubelet_probe_delay_usec;
         uint64_t kubelet_appeared_usec; /* CLOCK_MONOTONIC when kubelet.sock appeared */
 
+        /* Reconciliation with the kubelet's PodResources (podresources.c). */
+        struct PodResourcesClient *pod_resources;
+
         unsigned last_status_registered;
         bool status_sent;
 } Manager;
