@@ -11,10 +11,12 @@
 # allocations. Restarted with -shared-dev-num 1 (Intel flag on the command line) while the
 # four pods hold their shares, the broker lists the plain GPU ids and refuses a new
 # container on either GPU with FAILED_PRECONDITION (io.kgpu.Error.Exhausted) naming the GPU
-# and the limit. Back at sharedDevNum 2: a pod deleted from PodResources frees its share,
-# which the next pod gets, still at most 2 holders per GPU.
+# and the limit. Its two pods deleted from PodResources, reconciliation (every 1 s, grace
+# 2 s) releases them and GPU 0000:18 takes one container again, 0000:28 still none. Back
+# at sharedDevNum 2: the freed shares go to new pods, exactly 2 holders per GPU again.
 
 import os
+import time
 
 import grpc
 
@@ -75,17 +77,49 @@ def run(node):
             check(e.code() == grpc.StatusCode.FAILED_PRECONDITION, '%s: %s %r' % (g, e.code(), e.details()))
             check(g in e.details() and 'at most 1' in e.details(), 'message %r' % e.details())
 
-    # Back to 2 (config file value): a deleted pod's share is reused.
+    # Pods deleted from PodResources: reconciliation releases their allocations, and
+    # GPU 18 takes a container again even at sharedDevNum 1; GPU 28 still does not.
+    g18, g28 = sorted(GPUS)
+    on18 = [n for n, gpus in dm.placements() if gpus == [g18]]
+    for n in on18:
+        dm.delete(n)
+    wait_released(node, g18)
+    answer = dm.cl.allocate([g18])
+    check_answer(node, 'plain', [g18], answer)
+    try:
+        dm.cl.allocate([g28])
+        raise AssertionError('a third container on %s was allowed with sharedDevNum 1' % g28)
+    except grpc.RpcError as e:
+        check(e.code() == grpc.StatusCode.FAILED_PRECONDITION, '%s: %s %r' % (g28, e.code(), e.details()))
+    # That container goes too (never reported by the kubelet: released after the grace).
+    wait_released(node, g18)
+
+    # Back to 2 (config file value): the freed shares are reused, still at most 2 per GPU.
     node.broker_args = []
     node.restart_broker()
     dm.cl.wait_update(lambda d: sorted(x['id'] for x in d) == want, timeout=10)
     freed = dm.delete('pod-1')
-    ids, answer = dm.admit('pod-new')
-    check(ids == freed, 'new pod got %r, the freed share was %r' % (ids, freed))
-    check_answer(node, 'pod-new', ids, answer)
+    check(freed[0].startswith(g28), 'pod-1 had %r' % freed)
+    for n in ('pod-new-0', 'pod-new-1', 'pod-new-2'):
+        ids, answer = dm.admit(n)
+        check_answer(node, n, ids, answer)
+    check(not dm.free, 'free after reuse %r' % dm.free)
     h = dm.holders()
-    check(max(h.values()) <= 2, 'holders per GPU after reuse %r' % h)
+    check(sorted(h.items()) == [(g, 2) for g in sorted(GPUS)], 'holders per GPU after reuse %r' % h)
     print('placements: %r' % dm.placements())
+
+
+def wait_released(node, gpu, timeout=15):
+    """Waits until the broker holds no allocation of gpu (reconciliation every second,
+    grace 2 s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        held = [a for a in node.list_allocations() if any(i.startswith(gpu) for i in a[2])]
+        if not held:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError('allocations of %s not released: %r' % (gpu, held))
+        time.sleep(0.2)
 
 
 def main():
@@ -94,6 +128,7 @@ def main():
         tmp, 'kgpu-intel-sharing-%d.umockdev' % os.getpid()))
     try:
         harness.run_test(run, layout=layout, resources=[RES_I915],
+                         extra_env={'KGPU_RECONCILE_INTERVAL_SEC': '1', 'KGPU_RECONCILE_GRACE_SEC': '2'},
                          config_extra='intel:\n  sharedDevNum: 2\n  allocationPolicy: balanced\n')
     finally:
         os.unlink(layout)
