@@ -5,6 +5,11 @@
 #
 #   sudo ./scripts/test.sh            # everything
 #   sudo ./scripts/test.sh --quick    # normal build only
+#
+# Without --quick it also runs the integration suite again with every daemon under
+# valgrind (KGPU_VALGRIND=1, normal build) and each libFuzzer target for
+# KGPU_FUZZ_SECONDS (default 20) in a clang ASan+UBSan build (build-fuzz); both count
+# in the final line. KGPU_SKIP_VALGRIND=1 / KGPU_SKIP_FUZZ=1 leave them out.
 set -u
 cd "$(dirname "$0")/.."
 top=$(pwd)
@@ -35,13 +40,40 @@ for spec in "${builds[@]}"; do
             meson test -C "$dir" --print-errorlogs --num-processes 2 || status=1
 done
 
-/usr/bin/python3 - "$top" "${builds[@]}" <<'PY'
+# Extra runs, each counted from its own test log (dir@logbase in the list below).
+extra=()
+if [ $quick = 0 ] && [ -z "${KGPU_SKIP_VALGRIND:-}" ] && [ -f build-test/build.ninja ]; then
+        echo "=== build-test, integration suite under valgrind ==="
+        KGPU_VALGRIND=1 meson test -C build-test --no-rebuild --suite integration \
+                --logbase testlog-valgrind --print-errorlogs || status=1
+        extra+=("build-test@testlog-valgrind:")
+fi
+if [ $quick = 0 ] && [ -z "${KGPU_SKIP_FUZZ:-}" ]; then
+        echo "=== build-fuzz (clang, libFuzzer, ASan+UBSan; ${KGPU_FUZZ_SECONDS:-20} s per target) ==="
+        if [ ! -f build-fuzz/build.ninja ]; then
+                CC=clang meson setup build-fuzz -Dfuzzing=true -Dtests=disabled \
+                        -Db_sanitize=address,undefined -Db_lundef=false \
+                        --buildtype=debugoptimized >build-fuzz.setup.log 2>&1 || {
+                        cat build-fuzz.setup.log; status=1; }
+        fi
+        if ninja -C build-fuzz; then
+                env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+                    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+                    meson test -C build-fuzz --no-rebuild --suite fuzz --suite fuzz-run \
+                        --print-errorlogs --num-processes 2 || status=1
+        else
+                status=1
+        fi
+        extra+=("build-fuzz:")
+fi
+
+/usr/bin/python3 - "$top" "${builds[@]}" "${extra[@]}" <<'PY'
 import json, os, sys
 top = sys.argv[1]
 passed = failed = skipped = 0
 for spec in sys.argv[2:]:
-    d = spec.split(':', 1)[0]
-    log = os.path.join(top, d, 'meson-logs', 'testlog.json')
+    d, _, base = spec.split(':', 1)[0].partition('@')
+    log = os.path.join(top, d, 'meson-logs', (base or 'testlog') + '.json')
     if not os.path.exists(log):
         failed += 1
         print(f'{d}: no test log (build failed)')

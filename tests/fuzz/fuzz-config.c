@@ -4,8 +4,8 @@
  *
  * Contract: the input is the file text. The environment is cleared once, so only the
  * input decides. Either a Config comes back and no error text, or an error code and a
- * non-empty error text naming the file; anything else, a crash, a leak or a sanitizer
- * report is a bug.
+ * non-empty error text naming the file, and path options are absolute or unset;
+ * anything else, a crash, a leak or a sanitizer report is a bug.
  */
 
 #include <stdint.h>
@@ -42,8 +42,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 if (error && strncmp(error, "fuzz.yaml", 9) != 0)
                         abort();        /* every error names the file */
         } else {
-                if (!c || !c->log_level || !c->state_directory || c->state_directory[0] != '/' ||
-                    c->intel_shared_dev_num < 1)
+                /* A path option given an empty value is unset (NULL); a set one is absolute. */
+                if (!c || !c->log_level || c->intel_shared_dev_num < 1 ||
+                    (c->state_directory && c->state_directory[0] != '/') ||
+                    (c->runtime_directory && c->runtime_directory[0] != '/') ||
+                    (c->device_plugin_path && c->device_plugin_path[0] != '/'))
                         abort();
         }
         free(error);

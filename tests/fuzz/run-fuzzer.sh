@@ -10,5 +10,6 @@ corpus=$2
 work=$3
 rm -rf "$work"
 mkdir -p "$work/new" "$work/artifacts"
-exec "$exe" -max_total_time="${KGPU_FUZZ_SECONDS:-20}" -timeout=10 -rss_limit_mb=2560 \
+# -error_exitcode: libFuzzer's default (77) would read as "skipped" to meson.
+exec "$exe" -max_total_time="${KGPU_FUZZ_SECONDS:-20}" -timeout=10 -rss_limit_mb=2560 -error_exitcode=1 \
         -print_final_stats=1 -artifact_prefix="$work/artifacts/" "$work/new" "$corpus"
