@@ -260,7 +260,8 @@ class Node:
     """A simulated node. Use as a context manager or call start()/stop()."""
 
     def __init__(self, build_root=None, layout='two-gpus', broker=True, grpcd=True, kubelet=True,
-                 verbose=None, extra_env=None, config_extra='', broker_args=(), resources=None):
+                 verbose=None, extra_env=None, config_extra='', broker_args=(), resources=None,
+                 bus_policy=''):
         # config_extra: YAML appended to kgpu.yaml; broker_args: extra kgpu-brokerd
         # arguments; resources: the resource names start() waits for (default: the
         # two of layout "two-gpus").
@@ -274,6 +275,7 @@ class Node:
         self.want_kubelet = kubelet
         self.verbose = os.environ.get('KGPU_TEST_VERBOSE') == '1' if verbose is None else verbose
         self.extra_env = extra_env or {}
+        self.bus_policy = bus_policy  # XML appended to the bus config (tests of in-daemon checks)
         self.config_extra = config_extra
         self.broker_args = list(broker_args)
         self.resources = list(resources) if resources is not None else list(TWO_GPUS.keys())
@@ -395,6 +397,7 @@ class Node:
             user = pwd.getpwuid(os.getuid()).pw_name
             extra = ('  <policy user="%s">\n    <allow own="*"/>\n'
                      '    <allow send_destination="*"/>\n  </policy>\n' % user)
+        extra += self.bus_policy
         conf = (conf.replace('@BUS_SOCKET@', os.path.join(self.tmp, 'bus'))
                 .replace('@POLICY_DIR@', os.path.join(self.source_root, 'dbus'))
                 .replace('@EXTRA_POLICY@', extra))
