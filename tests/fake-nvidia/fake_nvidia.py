@@ -1,0 +1,345 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""fake_nvidia.py — fake nvidia-smi and nvidia-cuda-mps-control for tests.
+
+They replay real output recorded in tests/data/nvidia/ (see its README), chosen by a
+scenario, log every command they receive, and keep the state a command changes
+(compute mode, MPS daemons and their limits, lost GPUs) in a JSON file, so a test can
+assert which modes and limits were set.
+
+Environment (all optional except the scenario):
+  KGPU_FAKE_NVIDIA_SCENARIO  scenario name: tests/data/nvidia/scenarios/<name>.json
+  KGPU_FAKE_NVIDIA_DATA      data directory (default: ../data/nvidia next to this file)
+  KGPU_FAKE_NVIDIA_LOG       file that gets one line per command:
+                               nvidia-smi <args, shell-quoted>
+                               nvidia-cuda-mps-control <args> [CUDA_MPS_PIPE_DIRECTORY=...]
+                               nvidia-cuda-mps-control < <one stdin line>
+  KGPU_FAKE_NVIDIA_STATE     state file (JSON); default: no state is kept between calls
+  KGPU_FAKE_NVIDIA_LOST      comma-separated GPU indices that are "lost" (overrides the
+                             state file's "lost" list)
+  KGPU_FAKE_NVIDIA_DELAY     seconds to sleep before answering (runner timeout tests)
+
+State file: {"compute_mode": {"<index>": "Exclusive_Process"}, "lost": [1],
+             "mps": {"<pipe dir>": {"running": true, "visible": "...",
+                     "pinned_mem_limit": {"<dev>": "2048M"}, "active_thread_percentage": "50"}}}
+
+Exit codes follow nvidia-smi(1): 0 success, 2 invalid argument, 6 query unsuccessful
+("No devices were found"), 9 driver not loaded, 15 GPU fallen off the bus / lost,
+255 other error (also: this scenario has no recording for the command).
+"""
+
+import fcntl
+import json
+import os
+import shlex
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# Units nvidia-smi prints for the fields the probe queries (header "[unit]", value suffix).
+UNITS = {"memory.total": "MiB", "memory.used": "MiB", "memory.free": "MiB", "memory.reserved": "MiB"}
+
+COMPUTE_MODES = {"0": "Default", "DEFAULT": "Default", "1": "Exclusive_Thread", "EXCLUSIVE_THREAD": "Exclusive_Thread",
+                 "2": "Prohibited", "PROHIBITED": "Prohibited", "3": "Exclusive_Process",
+                 "EXCLUSIVE_PROCESS": "Exclusive_Process"}
+
+
+class Fail(Exception):
+    def __init__(self, text, code):
+        super().__init__(text)
+        self.text = text
+        self.code = code
+
+
+def data_dir():
+    return os.environ.get("KGPU_FAKE_NVIDIA_DATA") or os.path.join(HERE, "..", "data", "nvidia")
+
+
+def recording(name):
+    """The raw output of a recording: everything after its two '# ' note lines."""
+    with open(os.path.join(data_dir(), name), "rb") as f:
+        raw = f.read()
+    for _ in range(2):
+        assert raw.startswith(b"# "), name
+        raw = raw[raw.index(b"\n") + 1:]
+    return raw
+
+
+def log(line):
+    path = os.environ.get("KGPU_FAKE_NVIDIA_LOG")
+    if not path:
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.write(line + "\n")
+
+
+class State:
+    """The JSON state file, locked for the whole command."""
+
+    def __init__(self):
+        self.path = os.environ.get("KGPU_FAKE_NVIDIA_STATE")
+        self.data = {}
+        self.f = None
+        if self.path:
+            self.f = open(self.path, "a+")
+            fcntl.flock(self.f, fcntl.LOCK_EX)
+            self.f.seek(0)
+            text = self.f.read()
+            self.data = json.loads(text) if text.strip() else {}
+
+    def save(self):
+        if self.f:
+            self.f.seek(0)
+            self.f.truncate()
+            json.dump(self.data, self.f, indent=1, sort_keys=True)
+            self.f.flush()
+
+    def lost(self):
+        env = os.environ.get("KGPU_FAKE_NVIDIA_LOST")
+        if env is not None:
+            return {int(x) for x in env.split(",") if x.strip()}
+        return set(self.data.get("lost", []))
+
+
+class Scenario:
+    def __init__(self):
+        name = os.environ.get("KGPU_FAKE_NVIDIA_SCENARIO")
+        if not name or "/" in name:
+            raise Fail("fake nvidia tools: KGPU_FAKE_NVIDIA_SCENARIO is not set\n", 255)
+        with open(os.path.join(data_dir(), "scenarios", name + ".json")) as f:
+            self.s = json.load(f)
+        self.name = name
+        self.gpus = self._gpus()
+
+    def _gpus(self):
+        """Field name -> value for each GPU: a recorded CSV row, then the scenario's values."""
+        base = {}
+        if "query_gpu" in self.s:
+            lines = recording(self.s["query_gpu"]).decode().splitlines()
+            header = [h.strip() for h in lines[0].split(",")]
+            values = [v.strip() for v in lines[1].split(",")]
+            assert len(header) == len(values)
+            for h, v in zip(header, values):
+                base[h.split(" [")[0]] = v
+        gpus = []
+        for i, g in enumerate(self.s.get("gpus", [{}])):
+            d = dict(base)
+            d.update(g)
+            d.setdefault("index", str(i))
+            gpus.append(d)
+        return gpus
+
+    def get(self, key):
+        if key not in self.s:
+            raise Fail("fake nvidia-smi: scenario %s has no recording for this command\n" % self.name, 255)
+        return self.s[key]
+
+
+def lost_line(gpu):
+    # The newer form (no space before the bus id), as in error-A10-GPU-PV-VM-1.txt.
+    return "Unable to determine the device handle for GPU%s: Unknown Error\n" % gpu["pci.bus_id"][4:]
+
+
+def query_gpu(sc, st, fields, fmt, only):
+    opts = set(fmt.split(","))
+    if "csv" not in opts:
+        raise Fail("ERROR: Option --format is missing its value. Please run 'nvidia-smi -h' for help.\n", 2)
+    names = [f.strip() for f in fields.split(",")]
+    out = []
+    if "noheader" not in opts:
+        out.append(", ".join(n + (" [%s]" % UNITS[n] if n in UNITS else "") for n in names) + "\n")
+    code = 0
+    for g in sc.gpus:
+        if only is not None and g["index"] != only:
+            continue
+        if int(g["index"]) in st.lost():
+            out.append(lost_line(g))
+            code = 15
+            continue
+        row = []
+        for n in names:
+            if n == "compute_mode":
+                v = st.data.get("compute_mode", {}).get(g["index"], g.get(n, "Default"))
+            else:
+                v = g.get(n)
+            if v is None:
+                raise Fail("Field \"%s\" is not a valid field to query.\n" % n, 2)
+            unit = UNITS.get(n)
+            if unit and "nounits" in opts and v.endswith(" " + unit):
+                v = v[:-len(unit) - 1]
+            elif unit and "nounits" not in opts and not v.endswith(" " + unit) and v[:1].isdigit():
+                v = v + " " + unit
+            row.append(v)
+        out.append(", ".join(row) + "\n")
+    return "".join(out), code
+
+
+def list_gpus(sc, st):
+    lost = st.lost()
+    if "list" in sc.s:
+        text = recording(sc.s["list"]).decode()
+    else:
+        text = "".join("GPU %s: %s (UUID: %s)\n" % (g["index"], g["name"], g["uuid"]) for g in sc.gpus)
+    if not lost:
+        return text, 0
+    out, skip = [], False
+    for line in text.splitlines(keepends=True):
+        if line.startswith("GPU "):
+            idx = int(line[4:line.index(":")])
+            skip = idx in lost
+            if skip:
+                out.append(lost_line(sc.gpus[idx]))
+                continue
+        if not skip:
+            out.append(line)
+    return "".join(out), 15
+
+
+def set_compute_mode(sc, st, mode, only):
+    m = COMPUTE_MODES.get(mode.upper())
+    if not m:
+        raise Fail("Invalid compute mode value \"%s\". Please run 'nvidia-smi -h' for help.\n" % mode, 2)
+    out = []
+    for g in sc.gpus:
+        if only is not None and g["index"] != only:
+            continue
+        bus = g["pci.bus_id"]
+        if int(g["index"]) in st.lost():
+            return lost_line(g), 15
+        if g.get("mig.mode.current") == "Enabled" and m != "Default":
+            # The three-line refusal of compute-mode-A100-80GB-MIG-1.txt.
+            out.append("Setting compute mode to %s is not supported on a MIG-enabled device.\n" % m.upper())
+            out.append("Unable to set the compute mode for GPU %s: Not Supported\n" % bus)
+            out.append("Treating as warning and moving on.\n")
+            continue
+        st.data.setdefault("compute_mode", {})[g["index"]] = m
+        out.append("Set compute mode to %s for GPU %s.\n" % (m.upper(), bus))
+    out.append("All done.\n")
+    return "".join(out), 0
+
+
+def nvidia_smi(argv):
+    log("nvidia-smi " + shlex.join(argv))
+    sc = Scenario()
+    st = State()
+    if "error" in sc.s:
+        return recording(sc.s["error"]["file"]).decode(), sc.s["error"]["exit"], st
+    only = None
+    args = list(argv)
+    if len(args) >= 2 and args[0] in ("-i", "--id"):
+        only = args[1]
+        args = args[2:]
+    elif args and args[0].startswith("--id="):
+        only = args[0][5:]
+        args = args[1:]
+    if only is not None and all(g["index"] != only for g in sc.gpus):
+        raise Fail("No devices were found\n", 6)
+
+    if not args:
+        return recording(sc.get("summary")).decode(), 0, st
+    if args in (["-L"], ["--list-gpus"]):
+        out, code = list_gpus(sc, st)
+        return out, code, st
+    if args == ["-q"]:
+        return recording(sc.get("q")).decode(), 0, st
+    if args == ["topo", "-m"]:
+        return recording(sc.get("topo")).decode(), 0, st
+    if len(args) == 2 and args[0] == "mig" and args[1] in ("-lgi", "-lci"):
+        key = "mig_lgi" if args[1] == "-lgi" else "mig_lci"
+        if key not in sc.s:
+            what = "GPU" if key == "mig_lgi" else "compute"
+            return "No %s instances found: Not Found\n" % what, 6, st
+        return recording(sc.s[key]).decode(), 0, st
+    q = [a for a in args if a.startswith("--query-gpu=")]
+    f = [a for a in args if a.startswith("--format=")]
+    if len(args) == 2 and q and f:
+        out, code = query_gpu(sc, st, q[0][12:], f[0][9:], only)
+        return out, code, st
+    if len(args) == 2 and args[0] in ("-c", "--compute-mode"):
+        out, code = set_compute_mode(sc, st, args[1], only)
+        return out, code, st
+    if len(args) == 1 and args[0].startswith("--compute-mode="):
+        out, code = set_compute_mode(sc, st, args[0][15:], only)
+        return out, code, st
+    raise Fail("Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n", 2)
+
+
+def mps_instance(st):
+    pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
+    return pipe, st.data.setdefault("mps", {}).setdefault(pipe, {"running": False})
+
+
+def mps_control(argv, stdin):
+    pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
+    extra = " CUDA_MPS_PIPE_DIRECTORY=%s" % pipe
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        extra += " CUDA_VISIBLE_DEVICES=%s" % os.environ["CUDA_VISIBLE_DEVICES"]
+    log(" ".join(["nvidia-cuda-mps-control"] + ([shlex.join(argv)] if argv else []) + ["[" + extra.strip() + "]"]))
+    st = State()
+    pipe, inst = mps_instance(st)
+
+    if argv == ["-d"]:
+        if inst["running"]:
+            return "An instance of this daemon is already running\n", 1, st
+        inst.update(running=True, visible=os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+                    pinned_mem_limit={}, active_thread_percentage="100.0")
+        logdir = os.environ.get("CUDA_MPS_LOG_DIRECTORY")
+        if logdir and os.path.isdir(logdir):
+            # The control.log lines of mps-log-unknown-GPU-1.txt.
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S.000")
+            with open(os.path.join(logdir, "control.log"), "a") as f:
+                f.write("[%s Control %d] Starting control daemon using socket %s/control\n" % (stamp, os.getpid(), pipe))
+                f.write("[%s Control %d] To connect CUDA applications to this daemon, set env "
+                        "CUDA_MPS_PIPE_DIRECTORY=%s\n" % (stamp, os.getpid(), pipe))
+        return "", 0, st
+    if argv:
+        return "Invalid combination of input arguments.\n", 1, st
+
+    out = []
+    for line in stdin.splitlines():
+        log("nvidia-cuda-mps-control < " + line)
+        words = line.split()
+        if not words:
+            continue
+        if not inst["running"]:
+            # mps-A100-Polaris-1.txt
+            return "Cannot find MPS control daemon process\n", 1, st
+        cmd = words[0]
+        if cmd == "quit" and len(words) == 1:
+            inst["running"] = False
+        elif cmd == "set_default_device_pinned_mem_limit" and len(words) == 3:
+            inst["pinned_mem_limit"][words[1]] = words[2]
+        elif cmd == "get_default_device_pinned_mem_limit" and len(words) == 2:
+            out.append(inst["pinned_mem_limit"].get(words[1], "0") + "\n")
+        elif cmd == "set_default_active_thread_percentage" and len(words) == 2:
+            inst["active_thread_percentage"] = words[1]
+        elif cmd == "get_default_active_thread_percentage" and len(words) == 1:
+            out.append(inst["active_thread_percentage"] + "\n")
+        elif cmd == "get_server_list" and len(words) == 1:
+            pass    # no clients, no servers
+        elif cmd == "start_server" and len(words) == 3 and words[1] == "-uid":
+            pass
+        else:
+            out.append("Invalid command: %s\n" % line)
+    return "".join(out), 0, st
+
+
+def main(tool):
+    delay = os.environ.get("KGPU_FAKE_NVIDIA_DELAY")
+    st = None
+    try:
+        if tool == "nvidia-smi":
+            out, code, st = nvidia_smi(sys.argv[1:])
+        else:
+            stdin = "" if sys.argv[1:] else sys.stdin.read()
+            out, code, st = mps_control(sys.argv[1:], stdin)
+    except Fail as e:
+        out, code = e.text, e.code
+    if delay:
+        time.sleep(float(delay))
+    if st:
+        st.save()
+    sys.stdout.write(out)
+    sys.stdout.flush()
+    return code
