@@ -24,6 +24,7 @@
 #include "daemons/broker/broker-dbus.h"
 #include "daemons/broker/manager.h"
 #include "daemons/broker/reconcile.h"
+#include "daemons/broker/reload.h"
 #include "daemons/broker/policy.h"
 #include "daemons/broker/resources.h"
 #include "daemons/broker/sharing.h"
@@ -563,6 +564,10 @@ const sd_bus_vtable broker_vtable[] = {
                                 SD_BUS_ARGS("a(sassss)", containers),
                                 SD_BUS_RESULT("at", released),
                                 reconcile_method, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("Reload",
+                                SD_BUS_NO_ARGS,
+                                SD_BUS_NO_RESULT,
+                                reload_method, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_SIGNAL_WITH_ARGS("ResourcesChanged",
                                 SD_BUS_ARGS("as", resources),
                                 0),

@@ -51,6 +51,9 @@ int main(int argc, char *argv[]) {
         r = manager_new(TAKE_PTR(config), &m);
         if (r < 0)
                 return EXIT_FAILURE;
+        m->config_path = args.config_path;
+        m->config_overrides = args.overrides;
+        m->n_config_overrides = args.n_overrides;
         r = manager_start(m);
         if (r < 0)
                 return EXIT_FAILURE;

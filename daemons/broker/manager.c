@@ -29,6 +29,7 @@
 #include "daemons/broker/broker-dbus.h"
 #include "daemons/broker/manager.h"
 #include "daemons/broker/probe-client.h"
+#include "daemons/broker/reload.h"
 
 int manager_read_boot_id(char **ret) {
         _cleanup_free_ char *s = NULL;
@@ -132,7 +133,8 @@ static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void
         Manager *m = userdata;
 
         if (si->ssi_signo == SIGHUP) {
-                log_info("Received SIGHUP; reloading the configuration is not implemented yet, ignoring.");
+                log_info("Received SIGHUP, reloading the configuration.");
+                (void) broker_reload(m, NULL);  /* logs; a refused config leaves the old one */
                 return 0;
         }
         log_info("Received %s, exiting.", strsignal((int) si->ssi_signo));

@@ -26,6 +26,10 @@ typedef struct Manager {
         sd_event *event;
         sd_bus *bus;
         Config *config;
+        /* How config was loaded, for reloads (reload.c); point into argv. */
+        const char *config_path;
+        const ConfigOverride *config_overrides;
+        size_t n_config_overrides;
 
         Store *store;                   /* NULL: state unavailable, allocations refused */
         char *store_error;              /* why, for the error replies */

@@ -1,0 +1,174 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * reload.c — re-read kgpu.yaml without dropping allocations (SIGHUP, Broker1.Reload).
+ *
+ * Contract: see reload.h. Everything that can fail happens on new objects; the running
+ * configuration and resources are replaced only at the end, by pointer swaps.
+ */
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pwd.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <systemd/sd-daemon.h>
+
+#include "common/bus-names.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "daemons/broker/broker-dbus.h"
+#include "daemons/broker/manager.h"
+#include "daemons/broker/reload.h"
+
+#define KGPU_ERROR_INVALID_CONFIG "io.kgpu.Error.InvalidConfig"
+
+static bool devices_equal(const Resources *a, const Resources *b, const char *resource) {
+        _cleanup_free_ Device *da = NULL, *db = NULL;
+        size_t na = 0, nb = 0;
+        bool ka = resources_known(a, resource), kb = resources_known(b, resource);
+
+        if (ka != kb)
+                return false;
+        if (!ka)
+                return true;
+        if (resources_get_devices(a, resource, &da, &na) < 0 || resources_get_devices(b, resource, &db, &nb) < 0)
+                return false;   /* cannot tell: say it changed */
+        if (na != nb)
+                return false;
+        for (size_t i = 0; i < na; i++)
+                if (!streq(da[i].id, db[i].id) || da[i].healthy != db[i].healthy ||
+                    da[i].numa_node != db[i].numa_node)
+                        return false;
+        return true;
+}
+
+/* Names (sorted, unique) of resources whose device lists differ between a and b. */
+static int resources_diff(const Resources *a, const Resources *b, char ***ret) {
+        _cleanup_strv_free_ char **all = NULL, **changed = NULL;
+        int r;
+
+        all = strv_copy(a->seen);
+        if (!all)
+                return -ENOMEM;
+        for (char **i = b->seen; i && *i; i++)
+                if (!strv_contains(all, *i)) {
+                        r = strv_extend(&all, *i);
+                        if (r < 0)
+                                return r;
+                }
+        strv_sort(all);
+        for (char **i = all; i && *i; i++)
+                if (!devices_equal(a, b, *i)) {
+                        r = strv_extend(&changed, *i);
+                        if (r < 0)
+                                return r;
+                }
+        *ret = TAKE_PTR(changed);
+        return 0;
+}
+
+static int build_resources(const Config *c, const Resources *old, Resources **ret, char **ret_error) {
+        _cleanup_(resources_freep) Resources *res = NULL;
+        int r;
+
+        r = resources_new(c->intel_enabled, &res);
+        if (r < 0)
+                return r;
+        r = resources_set_intel_options(res, c->intel_shared_dev_num, c->intel_allocation_policy,
+                                        c->intel_enable_monitoring, c->intel_by_path, c->intel_cdi_devices);
+        if (r < 0)
+                return r;
+        r = resources_set_id_filters(res, c->intel_allow_ids, c->intel_deny_ids);
+        if (r < 0) {
+                if (asprintf(ret_error, "%s: invalid intel.allowIDs or intel.denyIDs (PCI device ids like "
+                             "0x56a0 expected)", c->file ?: "configuration") < 0)
+                        *ret_error = NULL;
+                return -EINVAL;
+        }
+        for (size_t i = 0; i < old->n_gpus; i++) {
+                r = resources_update_gpu(res, old->gpus[i].path, &old->gpus[i].info, NULL);
+                if (r == -ENOMEM)
+                        return r;
+                /* Other refusals were logged when the probe first reported the GPU. */
+        }
+        *ret = TAKE_PTR(res);
+        return 0;
+}
+
+int broker_reload(Manager *m, char **ret_error) {
+        _cleanup_(config_freep) Config *c = NULL;
+        _cleanup_(resources_freep) Resources *res = NULL;
+        _cleanup_strv_free_ char **changed = NULL;
+        _cleanup_free_ char *error = NULL, *list = NULL;
+        int r;
+
+        (void) sd_notify(false, "RELOADING=1\nSTATUS=Reloading the configuration...");
+
+        r = config_load(m->config_path, m->config_overrides, m->n_config_overrides, &c, &error);
+        if (r >= 0)
+                r = build_resources(c, m->resources, &res, &error);
+        if (r >= 0)
+                r = resources_diff(m->resources, res, &changed);
+        if (r < 0) {
+                if (!error && asprintf(&error, "%s", strerror(-r)) < 0)
+                        error = NULL;
+                log_error("Refusing to reload the configuration, the running one stays in force: %s",
+                          error ?: "out of memory");
+                (void) sd_notify(false, "READY=1");
+                manager_update_status(m);
+                if (ret_error)
+                        *ret_error = TAKE_PTR(error);
+                return r == -ENOMEM ? r : -EINVAL;
+        }
+
+        if (!streq_ptr(c->state_directory, m->config->state_directory))
+                log_notice("stateDirectory changed to %s; the broker keeps using %s until it is restarted.",
+                           c->state_directory, m->config->state_directory);
+        if (!streq_ptr(c->broker_user, m->config->broker_user))
+                log_notice("broker.user changed; it takes effect when the broker is restarted.");
+
+        /* Swap: nothing below can fail. */
+        if (!isempty(c->grpc_user)) {
+                struct passwd *pw = getpwnam(c->grpc_user);
+
+                m->grpc_uid = pw ? pw->pw_uid : (uid_t) -1;
+        } else
+                m->grpc_uid = (uid_t) -1;
+        if (c->log_level) {
+                int level = log_level_from_string(c->log_level);
+
+                if (level >= 0)
+                        log_set_max_level(level);
+        }
+        resources_free(m->resources);
+        m->resources = TAKE_PTR(res);
+        config_free(m->config);
+        m->config = TAKE_PTR(c);
+
+        list = strv_join(changed, " ");
+        log_info("Reloaded the configuration from %s; %zu resource(s) changed%s%s; allocations kept.",
+                 m->config->file ?: "defaults", strv_length(changed), strv_length(changed) > 0 ? ": " : "",
+                 list ?: "");
+        (void) broker_dbus_emit_resources_changed(m, changed);
+        (void) sd_notify(false, "READY=1");
+        manager_update_status(m);
+        return 0;
+}
+
+int reload_method(sd_bus_message *msg, void *userdata, sd_bus_error *error) {
+        _cleanup_free_ char *message = NULL;
+        Manager *m = userdata;
+        int r;
+
+        r = broker_dbus_check_caller(m, msg, "Reload", error);
+        if (r < 0)
+                return r;
+        r = broker_reload(m, &message);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0)
+                return sd_bus_error_setf(error, KGPU_ERROR_INVALID_CONFIG, "Configuration refused, the running one "
+                                         "stays in force: %s", message ?: "invalid");
+        return sd_bus_reply_method_return(msg, NULL);
+}

@@ -1,0 +1,88 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# test_reload.py — SIGHUP and Broker1.Reload re-read kgpu.yaml without dropping allocations.
+#
+# Asserts: with one allocation held, kgpu.yaml gets intel.sharedDevNum 2 and the broker
+# gets SIGHUP: ListAndWatch of gpu.intel.com/i915 turns into the two share ids (both Intel
+# resources announced as changed), the allocation is still listed; an invalid file
+# (sharedDevNum: many) sent through Broker1.Reload is refused with
+# io.kgpu.Error.InvalidConfig naming file:line:key, the devices stay as they were and a
+# new Allocate still works; the same file with SIGHUP is logged and refused, the broker
+# keeps running; Broker1.Reload back to the original file restores the plain ids, and
+# again with the same file announces nothing; Reload from another user is denied.
+
+import signal
+import time
+
+import harness
+from harness import check, RES_I915, RES_XE, GPU_I915
+
+
+def write_config(node, extra):
+    with open(node.config_file) as f:
+        base = f.read().split('# --- test_reload ---\n')[0]
+    with open(node.config_file, 'w') as f:
+        f.write(base + '# --- test_reload ---\n' + extra)
+
+
+def reload(node, user=None):
+    return node.busctl('call', harness.BROKER_BUS, harness.BROKER_PATH, harness.BROKER_BUS, 'Reload',
+                       user=user, check=False)
+
+
+def ids(devs):
+    return sorted(d['id'] for d in devs)
+
+
+def run(node):
+    node.kubelet.wait_connected([RES_I915, RES_XE], timeout=10)
+    i915 = node.kubelet.plugin(RES_I915)
+    xe = node.kubelet.plugin(RES_XE)
+    i915.wait_update(lambda d: ids(d) == [GPU_I915], timeout=5)
+    _, xe_before = xe.wait_update(lambda d: len(d) == 1, timeout=5)
+    i915.allocate([GPU_I915])
+    check(len(node.list_allocations()) == 1, 'allocation not recorded')
+
+    write_config(node, 'intel:\n  sharedDevNum: 2\n')
+    t0 = time.monotonic()
+    node.daemons['broker'].send_signal(signal.SIGHUP)
+    i915.wait_update(lambda d: ids(d) == [GPU_I915 + '-0', GPU_I915 + '-1'], after=t0, timeout=5)
+    check(len(node.list_allocations()) == 1, 'allocations dropped by the reload: %r' % node.list_allocations())
+    log = node.daemons['broker'].log_text()
+    check('2 resource(s) changed: %s %s;' % (RES_I915, RES_XE) in log, 'reload did not name the changed resources')
+    check(node.daemons['broker'].notified('RELOADING'), 'no RELOADING=1 sent')
+
+    write_config(node, 'intel:\n  sharedDevNum: many\n')
+    r = reload(node)
+    err = r.stderr.decode()
+    check(r.returncode != 0 and 'kgpu.yaml:' in err and 'sharedDevNum' in err,
+          'invalid config not refused with file:line:key: rc %d %r' % (r.returncode, err))
+    time.sleep(0.3)
+    check(ids(i915.devices()) == [GPU_I915 + '-0', GPU_I915 + '-1'], 'devices changed by a refused reload: %r'
+          % i915.devices())
+    i915.allocate([GPU_I915 + '-1'])
+    check(len(node.list_allocations()) == 2, 'Allocate after a refused reload')
+
+    node.daemons['broker'].send_signal(signal.SIGHUP)
+    node.wait_for(lambda: check('Refusing to reload' in node.daemons['broker'].log_text(), 'no refusal logged'),
+                  5, what='SIGHUP refusal')
+    check(node.daemons['broker'].alive(), 'broker died on an invalid config at SIGHUP')
+
+    write_config(node, '')
+    t0 = time.monotonic()
+    r = reload(node)
+    check(r.returncode == 0, 'Reload of a valid config failed: %r' % r.stderr)
+    i915.wait_update(lambda d: ids(d) == [GPU_I915], after=t0, timeout=5)
+    xe.wait_update(lambda d: d == xe_before, after=t0, timeout=5)
+    # the same file again: nothing announced
+    r = reload(node)
+    check(r.returncode == 0, 'second Reload failed: %r' % r.stderr)
+    check('0 resource(s) changed;' in node.daemons['broker'].log_text(), 'an unchanged reload announced changes')
+    check(len(node.list_allocations()) == 2, 'allocations dropped')
+
+    r = reload(node, user='nobody')
+    check(r.returncode != 0 and b'ccess denied' in r.stderr, 'Reload as nobody: %r' % r.stderr)
+
+
+if __name__ == '__main__':
+    harness.run_test(run, need_root=True)
