@@ -169,6 +169,10 @@ static int broker_list_resources(Manager *m) {
                                  broker_timeout_usec(m));
 }
 
+int broker_client_relist(Manager *m) {
+        return broker_list_resources(m);
+}
+
 static void broker_set_present(Manager *m, bool present) {
         int r;
 

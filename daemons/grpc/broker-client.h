@@ -27,6 +27,8 @@ typedef enum BrokerForwardKind {
 
 int broker_client_start(Manager *m);
 void broker_client_stop(Manager *m);
+/* Calls ListResources again (after a reload): options that changed re-register. */
+int broker_client_relist(Manager *m);
 /* Asks for the plugin's devices again (coalesced while one call is pending). */
 int broker_client_get_devices(Plugin *p);
 int broker_client_forward(Plugin *p, GrpcCall *call, BrokerForwardKind kind,

@@ -71,6 +71,7 @@ static int run(int argc, char *argv[]) {
         r = manager_new(event, TAKE_PTR(config), &m);
         if (r < 0)
                 return log_error_errno(r, "Failed to set up: %m");
+        m->args = &args;
         r = manager_start(m);
         if (r < 0)
                 return r;

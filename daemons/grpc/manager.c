@@ -26,6 +26,7 @@
 #include "common/paths.h"
 #include "common/util.h"
 #include "daemons/grpc/podresources.h"
+#include "daemons/grpc/reload.h"
 #include "daemons/grpc/broker-client.h"
 #include "daemons/grpc/manager.h"
 #include "daemons/grpc/plugin.h"
@@ -390,6 +391,12 @@ int manager_start(Manager *m) {
         r = sd_bus_set_exit_on_disconnect(m->bus, true);
         if (r < 0)
                 return log_error_errno(r, "Failed to set exit-on-disconnect: %m");
+
+        if (m->args) {
+                r = grpcd_reload_watch_sighup(m);
+                if (r < 0)
+                        return log_error_errno(r, "Failed to handle SIGHUP: %m");
+        }
 
         r = pod_resources_client_new(m, &m->pod_resources);
         if (r >= 0)

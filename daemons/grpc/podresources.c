@@ -323,6 +323,7 @@ int pod_resources_client_start(PodResourcesClient *c) {
         uint32_t sec = c->manager->config->reconcile_interval_sec;
         int r;
 
+        c->timer = sd_event_source_disable_unref(c->timer);
         if (sec == 0)
                 return 0;
         r = sd_event_add_time_relative(c->manager->event, &c->timer, CLOCK_MONOTONIC,

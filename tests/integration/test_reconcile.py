@@ -71,7 +71,8 @@ def run(node):
     wait_rounds(node, 1)
     allocs = ids_of(node)
     check(set(allocs) == {i915_id}, 'after grace: %r (expected only %d)' % (allocs, i915_id))
-    check('Released allocation %d' % xe_id in node.daemons['broker'].log_text(), 'release not logged')
+    node.wait_for(lambda: check('Released allocation %d' % xe_id in node.daemons['broker'].log_text(),
+                                'release not logged'), 3, what='release log')
 
     # the pod goes away: released after the next round
     node.kubelet.set_pods([])

@@ -10,6 +10,8 @@
 # new Allocate still works; the same file with SIGHUP is logged and refused, the broker
 # keeps running; Broker1.Reload back to the original file restores the plain ids, and
 # again with the same file announces nothing; Reload from another user is denied.
+# grpcd: SIGHUP re-reads the file and reconciles at once (a PodResources List); an invalid
+# file is logged with its key and refused, grpcd keeps serving.
 
 import signal
 import time
@@ -48,8 +50,8 @@ def run(node):
     node.daemons['broker'].send_signal(signal.SIGHUP)
     i915.wait_update(lambda d: ids(d) == [GPU_I915 + '-0', GPU_I915 + '-1'], after=t0, timeout=5)
     check(len(node.list_allocations()) == 1, 'allocations dropped by the reload: %r' % node.list_allocations())
-    log = node.daemons['broker'].log_text()
-    check('2 resource(s) changed: %s %s;' % (RES_I915, RES_XE) in log, 'reload did not name the changed resources')
+    node.wait_for(lambda: check('2 resource(s) changed: %s %s;' % (RES_I915, RES_XE) in node.daemons['broker'].log_text(),
+                                'reload did not name the changed resources'), 3, what='reload log')
     check(node.daemons['broker'].notified('RELOADING'), 'no RELOADING=1 sent')
 
     write_config(node, 'intel:\n  sharedDevNum: many\n')
@@ -77,11 +79,27 @@ def run(node):
     # the same file again: nothing announced
     r = reload(node)
     check(r.returncode == 0, 'second Reload failed: %r' % r.stderr)
-    check('0 resource(s) changed;' in node.daemons['broker'].log_text(), 'an unchanged reload announced changes')
+    node.wait_for(lambda: check('0 resource(s) changed;' in node.daemons['broker'].log_text(),
+                                'an unchanged reload announced changes'), 3, what='reload log')
     check(len(node.list_allocations()) == 2, 'allocations dropped')
 
     r = reload(node, user='nobody')
     check(r.returncode != 0 and b'ccess denied' in r.stderr, 'Reload as nobody: %r' % r.stderr)
+
+    # grpcd: SIGHUP re-reads the file, lists the resources again and reconciles at once
+    grpcd = node.daemons['grpc']
+    calls = node.kubelet.list_calls
+    grpcd.send_signal(signal.SIGHUP)
+    node.wait_for(lambda: check(node.kubelet.list_calls > calls, 'no PodResources List'), 5,
+                  what='reconcile after SIGHUP')
+    node.wait_for(lambda: check('Reloaded the configuration' in grpcd.log_text(), 'grpcd did not reload'), 3,
+                  what='grpcd reload log')
+    write_config(node, 'intel:\n  sharedDevNum: many\n')
+    grpcd.send_signal(signal.SIGHUP)
+    node.wait_for(lambda: check('sharedDevNum' in grpcd.log_text() and 'Refusing to reload' in grpcd.log_text(),
+                                'grpcd did not refuse'), 5, what='grpcd refusal')
+    check(grpcd.alive(), 'grpcd died on an invalid config at SIGHUP')
+    xe.allocate([xe_before[0]['id']])
 
 
 if __name__ == '__main__':

@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * reload.c — kgpu-grpcd re-reads kgpu.yaml on SIGHUP (systemctl reload).
+ *
+ * Contract: see reload.h. The running Config stays the same object (plugins hold no
+ * pointers into it that a swap would invalidate); only plain values and the pod
+ * resources socket path are replaced.
+ */
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <systemd/sd-daemon.h>
+
+#include "common/daemon.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "daemons/grpc/broker-client.h"
+#include "daemons/grpc/manager.h"
+#include "daemons/grpc/podresources.h"
+#include "daemons/grpc/reload.h"
+
+#define SWAP_TWO(a, b) do { char *_t = (a); (a) = (b); (b) = _t; } while (0)
+
+static void note_restart(const char *key, const char *a, const char *b) {
+        if (!streq_ptr(a, b))
+                log_notice("%s changed; kgpu-grpcd uses the new value after a restart.", key);
+}
+
+int grpcd_reload(Manager *m) {
+        _cleanup_(config_freep) Config *c = NULL;
+        Config *cur = m->config;
+        int r;
+
+        if (!m->args)
+                return -EOPNOTSUPP;
+
+        (void) sd_notify(false, "RELOADING=1");
+        r = daemon_load_config(m->args, &c);  /* logs file:line:key */
+        if (r < 0) {
+                log_error("Refusing to reload the configuration, the running one stays in force.");
+                (void) sd_notify(false, "READY=1");
+                return r;
+        }
+
+        note_restart("kubelet.devicePluginPath", c->device_plugin_path, cur->device_plugin_path);
+        note_restart("kubelet.socket", c->kubelet_socket, cur->kubelet_socket);
+        note_restart("grpc.user", c->grpc_user, cur->grpc_user);
+        note_restart("runtimeDirectory", c->runtime_directory, cur->runtime_directory);
+        if (c->grpc_max_connections != cur->grpc_max_connections ||
+            c->grpc_max_streams != cur->grpc_max_streams ||
+            c->grpc_max_message_size != cur->grpc_max_message_size)
+                log_notice("grpc.* limits changed; kgpu-grpcd uses the new values after a restart.");
+
+        SWAP_TWO(cur->log_level, c->log_level);
+        SWAP_TWO(cur->pod_resources_socket, c->pod_resources_socket);
+        cur->reconcile_interval_sec = c->reconcile_interval_sec;
+        cur->register_timeout_ms = c->register_timeout_ms;
+        cur->broker_timeout_ms = c->broker_timeout_ms;
+
+        if (m->pod_resources) {
+                r = pod_resources_client_start(m->pod_resources);
+                if (r < 0)
+                        log_warning_errno(r, "Failed to restart the reconciliation timer, ignoring: %m");
+                (void) pod_resources_sync(m->pod_resources, NULL, NULL);
+        }
+        if (m->broker_present) {
+                r = broker_client_relist(m);
+                if (r < 0)
+                        log_warning_errno(r, "Failed to list the broker's resources again, ignoring: %m");
+        }
+        log_info("Reloaded the configuration from %s.", cur->file ?: "defaults");
+        (void) sd_notify(false, "READY=1");
+        return 0;
+}
+
+static int on_sighup(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
+        log_info("Received SIGHUP, reloading the configuration.");
+        (void) grpcd_reload(userdata);
+        return 0;
+}
+
+int grpcd_reload_watch_sighup(Manager *m) {
+        sigset_t mask;
+
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGHUP);
+        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
+                return -errno;
+        return sd_event_add_signal(m->event, NULL, SIGHUP, on_sighup, m);
+}

@@ -1,0 +1,20 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * reload.h — kgpu-grpcd re-reads kgpu.yaml on SIGHUP (systemctl reload).
+ *
+ * Contract: grpcd_reload() loads the configuration with the command line of the start
+ * (Manager.args). An invalid file is logged (file:line:key) and changes nothing.
+ * Otherwise the settings that apply to a running grpcd are taken over: logLevel,
+ * kubelet.podResourcesSocket, kubelet.reconcileIntervalSec (timer restarted),
+ * kubelet.registerTimeoutMs, grpc.brokerTimeoutMs; the others (directories, users,
+ * socket limits) are logged as needing a restart. Then the broker's resources are
+ * listed again, so that a resource whose options changed registers again with the
+ * kubelet, and a reconciliation round is requested.
+ */
+#pragma once
+
+typedef struct Manager Manager;
+
+int grpcd_reload(Manager *m);
+/* Blocks SIGHUP and handles it with grpcd_reload(). */
+int grpcd_reload_watch_sighup(Manager *m);
