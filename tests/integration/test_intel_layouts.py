@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: LGPL-2.1-or-later
 # test_intel_layouts.py — ListAndWatch and Allocate answers for each Intel testbed layout
-# (two-gpus, eight-gpus, sriov, integrated), with intel.enableMonitoring and
+# (two-gpus, eight-gpus, sriov, integrated, many-vfs: two PFs with 16 VFs each), with intel.enableMonitoring and
 # intel.cdiDevices on.
 #
 # Asserts per layout and resource, against the values written below: ListAndWatch lists
@@ -12,7 +12,7 @@
 # "gpu.intel.com/gpu=<id>", and no envs or annotations; the monitoring resource
 # <resource>_monitoring lists one Healthy device "all" whose Allocate grants the nodes of
 # every GPU of that resource and nothing else; an unknown id is refused naming it.
-# The sriov layout needs the probe's SR-IOV support (Gpu1.PhysicalFunction); without it
+# The sriov and many-vfs layouts need the probe's SR-IOV support (Gpu1.PhysicalFunction); without it
 # that layout is reported as skipped, the others still run.
 
 import grpc
@@ -31,6 +31,14 @@ def gpus_eight():
     return out
 
 
+def gpus_many_vfs():
+    out = []
+    for pf, card0, numa in (('4d', 0, 0), ('ca', 17, 1)):
+        for k in range(1, 17):
+            out.append(('0000:%s:%02x.%d' % (pf, k // 8, k % 8), card0 + k, 128 + card0 + k, [numa]))
+    return out
+
+
 # layout -> {resource: [(id, card number, render number, NUMA nodes)]}
 LAYOUTS = {
     'two-gpus': {RES_I915: [('0000:03:00.0', 0, 128, [0])],
@@ -38,6 +46,7 @@ LAYOUTS = {
     'eight-gpus': {RES_I915: gpus_eight()},
     'sriov': {RES_I915: [('0000:4d:00.%d' % f, f, 128 + f, [0]) for f in range(1, 5)]},
     'integrated': {RES_I915: [('0000:00:02.0', 0, 128, [])]},
+    'many-vfs': {RES_I915: gpus_many_vfs()},
 }
 
 
@@ -86,11 +95,11 @@ def check_layout(node, layout, expected):
 def run(node):
     check_layout(node, 'two-gpus', LAYOUTS['two-gpus'])
     skipped = []
-    for layout in ('eight-gpus', 'sriov', 'integrated'):
+    for layout in ('eight-gpus', 'sriov', 'integrated', 'many-vfs'):
         expected = LAYOUTS[layout]
         res = list(expected) + [r + MON for r in expected]
         with harness.Node(layout=layout, resources=res, config_extra=CONFIG) as n:
-            if layout == 'sriov' and not any('PhysicalFunction' in g for g in intel_devmgr.probe_gpus(n).values()):
+            if layout in ('sriov', 'many-vfs') and not any('PhysicalFunction' in g for g in intel_devmgr.probe_gpus(n).values()):
                 skipped.append(layout)
                 continue
             check_layout(n, layout, expected)
