@@ -598,21 +598,45 @@ static const char *query_field_name(QueryField f) {
         return n[f];
 }
 
-int nvidia_smi_parse_query_gpu(const char *text, size_t len, const char *fields,
-                               NvidiaGpu **ret, size_t *ret_n, char **ret_error) {
+static int query_gpu_parse(const char *text, size_t len, const char *fields, bool collect_lost,
+                           NvidiaGpu **ret, size_t *ret_n, NvidiaSmiError **ret_lost, size_t *ret_n_lost,
+                           char **ret_error) {
         _cleanup_(lines_done) Lines l = {};
         _cleanup_free_ QueryField *f = NULL;
         _cleanup_free_ NvidiaGpu *gpus = NULL;
+        _cleanup_free_ NvidiaSmiError *lost = NULL;
         _cleanup_free_ char *fields_copy = NULL;
-        size_t n_fields = 0, n = 0, i = 0;
+        size_t n_fields = 0, n = 0, n_lost = 0, i = 0;
         int r;
 
         r = lines_split(text, len, &l, ret_error);
         if (r < 0)
                 return r;
-        r = lines_check_error(&l, ret_error);
-        if (r < 0)
-                return r;
+        if (collect_lost) {
+                /* Lost GPUs are listed, their lines dropped; any other error fails. */
+                for (size_t k = 0; k < l.n; k++) {
+                        NvidiaSmiError e;
+
+                        if (!classify_line(strip(l.line[k]), &e))
+                                continue;
+                        if (e.kind != NVIDIA_SMI_ERROR_GPU_LOST)
+                                return fail(ret_error, nvidia_smi_error_to_errno(e.kind), k + 1, "nvidia-smi: %s",
+                                            e.message);
+                        if (n_lost >= NVIDIA_GPUS_MAX)
+                                return fail(ret_error, -E2BIG, k + 1, "more than %u lost GPUs", NVIDIA_GPUS_MAX);
+                        if (!lost) {
+                                lost = calloc(NVIDIA_GPUS_MAX, sizeof(NvidiaSmiError));
+                                if (!lost)
+                                        return -ENOMEM;
+                        }
+                        lost[n_lost++] = e;
+                        l.line[k][0] = 0;
+                }
+        } else {
+                r = lines_check_error(&l, ret_error);
+                if (r < 0)
+                        return r;
+        }
 
         f = calloc(NVIDIA_QUERY_FIELDS_MAX, sizeof(QueryField));
         if (!f)
@@ -679,11 +703,28 @@ int nvidia_smi_parse_query_gpu(const char *text, size_t len, const char *fields,
                 gpus[n++] = g;
         }
 
-        if (n == 0)
+        if (n == 0 && n_lost == 0)
                 return fail(ret_error, -EBADMSG, 0, "no GPU rows");
         *ret = TAKE_PTR(gpus);
         *ret_n = n;
+        if (ret_lost)
+                *ret_lost = TAKE_PTR(lost);
+        if (ret_n_lost)
+                *ret_n_lost = n_lost;
         return 0;
+}
+
+int nvidia_smi_parse_query_gpu(const char *text, size_t len, const char *fields,
+                               NvidiaGpu **ret, size_t *ret_n, char **ret_error) {
+        return query_gpu_parse(text, len, fields, false, ret, ret_n, NULL, NULL, ret_error);
+}
+
+int nvidia_smi_parse_query_gpu_health(const char *text, size_t len, const char *fields,
+                                      NvidiaGpu **ret, size_t *ret_n, NvidiaSmiError **ret_lost,
+                                      size_t *ret_n_lost, char **ret_error) {
+        if (!ret_lost || !ret_n_lost)
+                return -EINVAL;
+        return query_gpu_parse(text, len, fields, true, ret, ret_n, ret_lost, ret_n_lost, ret_error);
 }
 
 /* ---- nvidia-smi -L ---- */

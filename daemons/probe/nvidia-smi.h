@@ -155,6 +155,15 @@ int nvidia_smi_error_to_errno(NvidiaSmiErrorKind kind);
 int nvidia_smi_parse_query_gpu(const char *text, size_t len, const char *fields,
                                NvidiaGpu **ret, size_t *ret_n, char **ret_error);
 
+/* The same for health polls: a GPU that nvidia-smi reports lost ("Unable to determine
+ * the device handle for GPU<bus>: ...") is returned in *ret_lost (kind GPU_LOST, its PCI
+ * address when named) instead of failing the whole answer; the other GPUs' rows are
+ * parsed as usual (*ret may be NULL with *ret_n 0 when every GPU is lost). Any other
+ * error output still fails. */
+int nvidia_smi_parse_query_gpu_health(const char *text, size_t len, const char *fields,
+                                      NvidiaGpu **ret, size_t *ret_n, NvidiaSmiError **ret_lost,
+                                      size_t *ret_n_lost, char **ret_error);
+
 /* nvidia-smi -L: GPUs (index, name, uuid set; the rest unknown) and their MIG devices.
  * ret_migs/ret_n_migs may be NULL. */
 int nvidia_smi_parse_list(const char *text, size_t len,

@@ -73,6 +73,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 check_result(r, err, gpus);
         }
 
+        {
+                NvidiaSmiError *lost = SENTINEL;
+
+                gpus = SENTINEL;
+                err = NULL;
+                r = nvidia_smi_parse_query_gpu_health(text, size, NVIDIA_SMI_QUERY_FIELDS, &gpus, &n, &lost, &nm, &err);
+                if (r == 0) {
+                        check_gpus(gpus, n);
+                        if (nm > NVIDIA_GPUS_MAX)
+                                abort();
+                        for (size_t i = 0; i < nm; i++)
+                                if (lost[i].kind != NVIDIA_SMI_ERROR_GPU_LOST)
+                                        abort();
+                        free(gpus);
+                        free(lost);
+                        gpus = SENTINEL;
+                        lost = SENTINEL;
+                }
+                check_result(r, err, gpus);
+                if (lost != SENTINEL)
+                        abort();
+        }
+
         gpus = SENTINEL;
         migs = NULL;
         err = NULL;

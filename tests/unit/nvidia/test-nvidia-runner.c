@@ -211,6 +211,27 @@ START_TEST(test_lost_gpu) {
         ck_assert_str_eq(e.pci_address, "0000:ab:00.0");
         outcome_done(&o);
 
+        /* Two lost: the health parser keeps the other six rows. */
+        setenv("KGPU_FAKE_NVIDIA_LOST", "3,5", 1);
+        o = run_sync(fake_smi, q, NULL, false);
+        ck_assert_int_eq(o.result.exit_status, 15);
+        {
+                _cleanup_free_ NvidiaSmiError *lost = NULL;
+                size_t nl = 0;
+
+                ck_assert_int_eq(nvidia_smi_parse_query_gpu_health(o.result.out, o.result.out_len,
+                                                                   NVIDIA_SMI_QUERY_FIELDS, &gpus, &n, &lost, &nl,
+                                                                   NULL), 0);
+                ck_assert_uint_eq(n, 6);
+                ck_assert_uint_eq(nl, 2);
+                ck_assert_str_eq(lost[0].pci_address, "0000:5d:00.0");
+                ck_assert_str_eq(lost[1].pci_address, "0000:ab:00.0");
+                for (size_t k = 0; k < n; k++)
+                        ck_assert(gpus[k].index != 3 && gpus[k].index != 5);
+                gpus = mfree(gpus);
+        }
+        outcome_done(&o);
+
         /* Back again. */
         setenv("KGPU_FAKE_NVIDIA_LOST", "", 1);
         o = run_sync(fake_smi, q, NULL, false);

@@ -286,6 +286,54 @@ START_TEST(test_query_gpu_probe_fields) {
 }
 END_TEST
 
+START_TEST(test_query_gpu_health) {
+        static const char two_lost[] =
+                "0, GPU-8e100991-ce97-6694-b8eb-b8b1ff5053af, NVIDIA A100-SXM4-80GB, 81920, 00000000:07:00.0, "
+                "0x20B210DE, Default, Enabled, 535.129.03\n"
+                "Unable to determine the device handle for GPU0000:4F:00.0: Unknown Error\n"
+                "2, GPU-938c4705-98bf-1735-e98b-c2a5872a8022, NVIDIA A100-SXM4-80GB, 81920, 00000000:90:00.0, "
+                "0x20B210DE, Default, Enabled, 535.129.03\n"
+                "Unable to determine the device handle for GPU 0000:B7:00.0: GPU is lost.  Reboot the system to "
+                "recover this GPU\n";
+        _cleanup_free_ NvidiaGpu *gpus = NULL;
+        _cleanup_free_ NvidiaSmiError *lost = NULL;
+        _cleanup_free_ char *err = NULL;
+        size_t n = 0, nl = 0;
+        Rec r;
+
+        ck_assert_int_eq(nvidia_smi_parse_query_gpu_health(two_lost, strlen(two_lost), NVIDIA_SMI_QUERY_FIELDS,
+                                                           &gpus, &n, &lost, &nl, &err), 0);
+        ck_assert_uint_eq(n, 2);
+        ck_assert_uint_eq(gpus[0].index, 0);
+        ck_assert_uint_eq(gpus[1].index, 2);
+        ck_assert_uint_eq(nl, 2);
+        ck_assert_int_eq(lost[0].kind, NVIDIA_SMI_ERROR_GPU_LOST);
+        ck_assert_str_eq(lost[0].pci_address, "0000:4f:00.0");
+        ck_assert_str_eq(lost[1].pci_address, "0000:b7:00.0");
+        gpus = mfree(gpus);
+        lost = mfree(lost);
+
+        /* Only a lost GPU: no rows, one lost. */
+        r = rec_load("error-unknown-GPU-2.txt");
+        ck_assert_int_eq(nvidia_smi_parse_query_gpu_health(r.text, r.len, NVIDIA_SMI_QUERY_FIELDS, &gpus, &n, &lost,
+                                                           &nl, &err), 0);
+        ck_assert_uint_eq(n, 0);
+        ck_assert_uint_eq(nl, 1);
+        ck_assert_str_eq(lost[0].pci_address, "0000:09:00.0");
+        rec_done(&r);
+        lost = mfree(lost);
+
+        /* Other errors fail the whole answer. */
+        r = rec_load("error-unknown-GPU-3.txt");
+        ck_assert_int_eq(nvidia_smi_parse_query_gpu_health(r.text, r.len, NVIDIA_SMI_QUERY_FIELDS, &gpus, &n, &lost,
+                                                           &nl, &err), -ENXIO);
+        ck_assert_ptr_null(lost);
+        rec_done(&r);
+        ck_assert_int_eq(nvidia_smi_parse_query_gpu_health("", 0, NVIDIA_SMI_QUERY_FIELDS, &gpus, &n, &lost, &nl,
+                                                           &err), -EBADMSG);
+}
+END_TEST
+
 START_TEST(test_query_gpu_garbage) {
         static const struct {
                 const char *text;
@@ -794,6 +842,7 @@ static Suite *suite(void) {
         tcase_add_loop_test(tc, test_list_recordings, 0, ELEMENTSOF(list_cases));
         tcase_add_loop_test(tc, test_query_gpu_recordings, 0, ELEMENTSOF(query_cases));
         tcase_add_test(tc, test_query_gpu_probe_fields);
+        tcase_add_test(tc, test_query_gpu_health);
         tcase_add_loop_test(tc, test_topology_recordings, 0, ELEMENTSOF(topo_cases));
         tcase_add_loop_test(tc, test_mig_recordings, 0, ELEMENTSOF(mig_cases));
         tcase_add_loop_test(tc, test_error_recordings, 0, ELEMENTSOF(error_cases));
