@@ -1,0 +1,152 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# test_state_faults.py — the state database corrupt, on a full disk, read-only.
+#
+# Asserts, each time with a clear error and a refusal to hand out devices, never a
+# silent loss:
+#   corrupt: kgpu.db replaced by garbage while the broker was down: the restarted broker
+#     keeps serving ListAndWatch, answers Allocate with UNAVAILABLE naming the state
+#     database, and leaves the file byte for byte as it was;
+#   full disk: the state directory is a 160 KiB tmpfs; Allocates until the disk is full:
+#     the failing ones get UNAVAILABLE "Failed to record the allocation", and after the
+#     tmpfs is grown and the broker restarted every acknowledged allocation is there;
+#   read-only: the broker started on the state tmpfs remounted read-only keeps serving
+#     ListAndWatch and refuses Allocate (UNAVAILABLE naming the state database);
+#     remounted read-write and the broker restarted, every acknowledged allocation is
+#     there and Allocate works again. (A remount under the running broker is refused by
+#     the kernel while the file is open for writing.)
+
+import os
+import pwd
+import subprocess
+
+import grpc
+
+import harness
+from harness import check, RES_I915, RES_XE, GPU_I915, GPU_XE
+
+ENV = {'KGPU_RECONCILE_GRACE_SEC': '86400', 'KGPU_RECONCILE_INTERVAL_SEC': '0'}
+
+
+def allocate(node, res, dev):
+    """Returns None on success, else (status code, details)."""
+    try:
+        node.kubelet.plugin(res).allocate([dev], timeout=5)
+        return None
+    except grpc.RpcError as e:
+        return (e.code(), e.details())
+
+
+def restart_broker(node):
+    """Restarts the broker and waits until it serves both resources through grpcd."""
+    node.restart_broker()
+    node.wait_for(lambda: check(sorted(r[0] for r in node.busctl(
+        'call', harness.BROKER_BUS, harness.BROKER_PATH, harness.BROKER_BUS, 'ListResources')['data'][0])
+        == sorted([RES_I915, RES_XE]), 'broker resources'), 10, what='broker inventory')
+    node.kubelet.wait_connected([RES_I915, RES_XE], timeout=10)
+
+
+def db_path(node):
+    return os.path.join(node.state_dir, 'kgpu.db')
+
+
+def clear_state(node):
+    for f in os.listdir(node.state_dir):
+        os.unlink(os.path.join(node.state_dir, f))
+
+
+def own_state(node):
+    bu = pwd.getpwnam(harness.BROKER_USER)
+    os.chown(node.state_dir, bu.pw_uid, bu.pw_gid)
+    os.chmod(node.state_dir, 0o700)
+
+
+def corrupt(node):
+    node.daemons['broker'].stop()
+    clear_state(node)
+    garbage = bytes((i * 7 + 3) % 251 for i in range(16384))
+    with open(db_path(node), 'wb') as f:
+        f.write(garbage)
+    own_state(node)
+    restart_broker(node)
+    err = allocate(node, RES_I915, GPU_I915)
+    check(err is not None and err[0] == grpc.StatusCode.UNAVAILABLE and 'tate database' in err[1],
+          'corrupt: Allocate answered %r' % (err,))
+    check(len(node.kubelet.plugin(RES_I915).devices() or []) == 1, 'corrupt: ListAndWatch stopped')
+    with open(db_path(node), 'rb') as f:
+        check(f.read() == garbage, 'corrupt: the database file was modified')
+    check('refusing all allocations' in node.daemons['broker'].log_text() or
+          'State database unusable' in node.daemons['broker'].log_text(), 'corrupt: not logged')
+    r = node.busctl('call', harness.BROKER_BUS, harness.BROKER_PATH, harness.BROKER_BUS, 'ListAllocations',
+                    check=False)
+    check(r.returncode != 0 and b'StateUnavailable' in r.stderr or b'tate database' in r.stderr,
+          'corrupt: ListAllocations %r' % (r.stderr,))
+    node.daemons['broker'].stop()
+    clear_state(node)
+
+
+def stored(node):
+    return len(node.list_allocations())
+
+
+def full_disk(node):
+    r = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=160k,mode=0700', 'kgpu-state', node.state_dir],
+                       stderr=subprocess.PIPE)
+    if r.returncode != 0:
+        print('SKIP full disk and read-only: cannot mount a tmpfs here: %s' % r.stderr.decode().strip())
+        return
+    try:
+        own_state(node)
+        restart_broker(node)
+        acked, failures = 0, []
+        for i in range(20000):
+            err = allocate(node, RES_I915, GPU_I915)
+            if err is None:
+                acked += 1
+            else:
+                failures.append(err)
+                if len(failures) >= 5:
+                    break
+        print('full disk: %d acknowledged before %d failures: %r' % (acked, len(failures), failures[:1]))
+        check(acked > 0 and failures, 'full disk: %d acknowledged, failures %r' % (acked, failures[:1]))
+        check(all(f[0] == grpc.StatusCode.UNAVAILABLE and 'record' in f[1] for f in failures),
+              'full disk: failures %r' % failures)
+        check('Failed to record an allocation' in node.daemons['broker'].log_text(), 'full disk: not logged')
+
+        node.daemons['broker'].stop()
+        subprocess.run(['mount', '-o', 'remount,size=16m', node.state_dir], check=True)
+        restart_broker(node)
+        n = stored(node)
+        check(acked <= n <= acked + len(failures), 'full disk: %d acknowledged, %d stored' % (acked, n))
+        check(allocate(node, RES_XE, GPU_XE) is None, 'full disk: Allocate after growing the disk')
+
+        # read-only (the kernel refuses a remount while the broker has the file open for
+        # writing, so it happens between two runs of the broker)
+        before = stored(node)
+        node.daemons['broker'].stop()
+        subprocess.run(['mount', '-o', 'remount,ro', node.state_dir], check=True)
+        restart_broker(node)
+        errs = [allocate(node, RES_XE, GPU_XE) for _ in range(3)]
+        print('read-only: %r' % (errs[0],))
+        check(all(e is not None and e[0] == grpc.StatusCode.UNAVAILABLE and 'tate database' in e[1] for e in errs),
+              'read-only: Allocate answered %r' % errs)
+        check(len(node.kubelet.plugin(RES_XE).devices() or []) == 1, 'read-only: ListAndWatch stopped')
+        node.daemons['broker'].stop()
+        subprocess.run(['mount', '-o', 'remount,rw', node.state_dir], check=True)
+        restart_broker(node)
+        check(stored(node) == before, 'read-only: %d stored, %d before' % (stored(node), before))
+        check(allocate(node, RES_XE, GPU_XE) is None, 'read-only: Allocate after remounting read-write')
+        check(stored(node) == before + 1, 'read-only: the new allocation was not recorded')
+    finally:
+        node.daemons['broker'].stop()
+        subprocess.run(['umount', node.state_dir], check=False)
+
+
+def run(node):
+    node.kubelet.wait_connected([RES_I915, RES_XE], timeout=10)
+    corrupt(node)
+    full_disk(node)
+
+
+if __name__ == '__main__':
+    harness.run_test(run, need_root=True, extra_env=ENV)
