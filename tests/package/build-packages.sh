@@ -48,7 +48,17 @@ rpm)
         top=$out/$kind-tree/rpmbuild
         mkdir -p "$top/SOURCES"
         (cd "$out/$kind-tree" && tar -cJf "$top/SOURCES/kgpu-0.1.0.tar.xz" kgpu-0.1.0)
-        rpmbuild --define "_topdir $top" -bb "$tree/packaging/rpm/kgpu.spec" >"$log" 2>&1 || fail
+        # On Debian the BuildRequires are Debian packages rpm cannot see (--nodeps),
+        # and there is no find-debuginfo (no debuginfo package, so nothing strips the
+        # binaries as Fedora does); Debian's brp-compress is bash run as /bin/sh
+        # (dash), so it is called through bash.
+        if [ -e /etc/debian_version ]; then
+                set -- --nodeps --define "debug_package %{nil}" \
+                        --define "__os_install_post bash /usr/lib/rpm/brp-compress /usr; find \"\$RPM_BUILD_ROOT/usr/bin\" \"\$RPM_BUILD_ROOT/usr/libexec\" -type f -exec strip --strip-unneeded {} +"
+        else
+                set --
+        fi
+        rpmbuild --define "_topdir $top" "$@" -bb "$tree/packaging/rpm/kgpu.spec" >"$log" 2>&1 || fail
         find "$top/RPMS" -name '*.rpm' -exec mv -t "$dest" {} +
         ;;
 *)

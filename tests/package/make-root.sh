@@ -16,7 +16,7 @@ cache=${1:-${KGPU_TEST_CACHE:-/var/cache/kgpu-test}}
 # The runtime dependencies of the .deb are in the root so that dpkg -i works offline;
 # python3-grpcio/-grpc-tools/-protobuf run the kubelet simulator, umockdev the
 # simulated GPUs, acl checks the tmpfiles.d ACLs.
-pkgs=systemd,systemd-sysv,dbus,udev,acl,python3,python3-grpcio,python3-grpc-tools,python3-protobuf,umockdev,libnghttp2-14,libprotobuf-c1,libyaml-0-2,libsqlite3-0,libcap-ng0
+pkgs=systemd,systemd-sysv,dbus,udev,acl,procps,man-db,python3,python3-grpcio,python3-grpc-tools,python3-pkg-resources,python3-protobuf,umockdev,libnghttp2-14,libprotobuf-c1,libyaml-0-2,libsqlite3-0,libcap-ng0
 
 mirror=${KGPU_DEBIAN_MIRROR:-}
 if [ -z "$mirror" ]; then

@@ -1,0 +1,55 @@
+#!/bin/sh
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# check-units.sh — exposure thresholds and `systemd-analyze verify` for kgpu's units.
+#
+# Contract: `check-units.sh SRCDIR BUILDDIR`. 1) `systemd-analyze security
+# --offline=true` on the units generated in BUILDDIR/units must stay at or under
+# grpcd 1.5, broker 1.5, probe 4.0 (DESIGN/issue 6 targets); each score is printed.
+# 2) The .deb (built or taken from the cache by build-packages.sh) is unpacked into a
+# scratch root and `systemd-analyze verify --root=... --man=no` runs on its units: exit
+# 0 and nothing at all on stderr. (Man page references are checked in the install test,
+# where man-db is present.) Exit 77 when systemd-analyze or dpkg-buildpackage is missing.
+set -eu
+
+src=$(cd "$1" && pwd) build=$(cd "$2" && pwd)
+command -v systemd-analyze >/dev/null || { echo "SKIP: no systemd-analyze"; exit 77; }
+fail=0
+
+for spec in kgpu-grpcd:1.5 kgpu-brokerd:1.5 kgpu-probed:4.0; do
+        unit=${spec%%:*}.service limit=${spec#*:}
+        out=$(cd "$build/units" && systemd-analyze security --offline=true --no-pager "$unit" 2>&1) || true
+        score=$(printf '%s\n' "$out" | sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p')
+        if [ -z "$score" ]; then
+                echo "FAIL: no exposure score for $unit:"; printf '%s\n' "$out" | tail -n 5
+                fail=1
+        elif awk "BEGIN { exit !($score <= $limit) }"; then
+                echo "ok: $unit exposure $score <= $limit"
+        else
+                echo "FAIL: $unit exposure $score > $limit"
+                printf '%s\n' "$out" | grep '✗' || true
+                fail=1
+        fi
+done
+
+command -v dpkg-buildpackage >/dev/null || { echo "SKIP: no dpkg-buildpackage for verify"; exit $([ $fail = 0 ] && echo 77 || echo 1); }
+debdir=$("$src/tests/package/build-packages.sh" deb "$src" "$build/tests/package/pkg-out")
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
+dpkg-deb -x "$debdir"/kgpu_*.deb "$root"
+# verify resolves ExecStart=, ExecReload= and the units ours depend on inside the
+# root: give it those programs and the host's systemd units (ours win).
+mkdir -p "$root/usr/lib/systemd/system"
+cp -rn /lib/systemd/system/. "$root/usr/lib/systemd/system/" 2>/dev/null || true
+for p in /bin/kill /usr/bin/kill; do
+        [ -x "$p" ] && mkdir -p "$root$(dirname "$p")" && cp "$p" "$root$p"
+done
+err=$(cd "$root" && systemd-analyze verify --root="$root" --man=no \
+        lib/systemd/system/kgpu-probed.service lib/systemd/system/kgpu-brokerd.service \
+        lib/systemd/system/kgpu-grpcd.service lib/systemd/system/kgpu.target 2>&1 >/dev/null) && rc=0 || rc=$?
+if [ $rc != 0 ] || [ -n "$err" ]; then
+        echo "FAIL: systemd-analyze verify (exit $rc):"; printf '%s\n' "$err"
+        fail=1
+else
+        echo "ok: systemd-analyze verify: exit 0, nothing on stderr"
+fi
+exit $fail

@@ -1,0 +1,246 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# in-container.py — the install test's steps, run inside the booted bookworm container.
+#
+# Contract: started by kgpu-pkgtest.service (see test-install.sh) with systemd as PID 1,
+# the payload read-only at /kgpu-test and a writable /kgpu-results. Installs the .deb
+# with dpkg, then checks, in order: users and ACLs from sysusers.d/tmpfiles.d, the
+# three units active after `systemctl start kgpu.target`, grpcd and the broker running
+# as their users with no capabilities, busctl introspect/tree answering, denial of
+# mutating calls from `nobody`, the kubelet simulator (kubelet_sim.py on grpcio)
+# registering both resources of the two-gpus testbed and getting an Allocate answer,
+# kgpuctl, allocations kept across `systemctl reload` and `systemctl restart
+# kgpu-brokerd`, `systemd-analyze verify` with nothing on stderr and the exposure
+# thresholds. Prints one line per check; exit status 0 only if every check passed.
+# The probe runs under umockdev through a unit drop-in installed here (test only).
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import time
+
+PAYLOAD = '/kgpu-test'
+PLUGIN_DIR = '/var/lib/kubelet/device-plugins'
+POD_RESOURCES = '/var/lib/kubelet/pod-resources/kubelet.sock'
+UNITS = ['kgpu-probed.service', 'kgpu-brokerd.service', 'kgpu-grpcd.service']
+THRESHOLDS = {'kgpu-grpcd.service': 1.5, 'kgpu-brokerd.service': 1.5, 'kgpu-probed.service': 4.0}
+# Layout two-gpus: resource -> GPU id.
+TWO_GPUS = {'gpu.intel.com/i915': '0000:03:00.0', 'gpu.intel.com/xe': '0000:04:00.0'}
+
+failures = []
+T0 = time.monotonic()
+
+
+def log(msg):
+    print('[%6.2f] %s' % (time.monotonic() - T0, msg), flush=True)
+
+
+def check(cond, what, detail=''):
+    log('%s: %s%s' % ('ok  ' if cond else 'FAIL', what, '' if cond or not detail else ' -- %s' % detail))
+    if not cond:
+        failures.append(what)
+    return cond
+
+
+def sh(*argv, check_rc=True, user=None, timeout=60, env=None):
+    if user:
+        argv = ('setpriv', '--reuid=' + user, '--regid=nogroup', '--clear-groups') + argv
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    if check_rc and p.returncode != 0:
+        raise RuntimeError('%s failed (%d): %s%s' % (' '.join(argv), p.returncode, p.stdout, p.stderr))
+    return p
+
+
+def wait(fn, timeout, what):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            return v
+        time.sleep(0.1)
+
+
+def unit_prop(unit, prop):
+    return sh('systemctl', 'show', '-P', prop, unit).stdout.strip()
+
+
+def proc_status(pid):
+    out = {}
+    with open('/proc/%s/status' % pid) as f:
+        for line in f:
+            k, _, v = line.partition(':')
+            out[k] = v.strip()
+    return out
+
+
+def install_testbed():
+    """The simulated GPUs: kgpu-testbed as a service, the probe under its preload."""
+    os.makedirs('/etc/systemd/system/kgpu-probed.service.d', exist_ok=True)
+    shutil.copy(os.path.join(PAYLOAD, 'kgpu-testbed.service'), '/etc/systemd/system/')
+    shutil.copy(os.path.join(PAYLOAD, 'probe-testbed.conf'),
+                '/etc/systemd/system/kgpu-probed.service.d/testbed.conf')
+
+
+def allocations():
+    p = sh('kgpuctl', '--json', 'allocations', check_rc=False)
+    if p.returncode != 0:
+        return None
+    return sorted(json.dumps(a, sort_keys=True) for a in json.loads(p.stdout))
+
+
+def main():
+    install_testbed()
+
+    # --- install -------------------------------------------------------------------
+    debs = [f for f in os.listdir(PAYLOAD) if f.startswith('kgpu_') and f.endswith('.deb')]
+    p = sh('dpkg', '-i', *[os.path.join(PAYLOAD, d) for d in debs], check_rc=False, timeout=120)
+    if not check(p.returncode == 0, 'dpkg -i %s' % ' '.join(debs), p.stdout + p.stderr):
+        return
+    for user in ('kgpu', 'kgpu-broker'):
+        try:
+            pw = pwd.getpwnam(user)
+            check(pw.pw_uid < 1000 and pw.pw_uid != 0, 'postinst created system user %s (uid %d)' % (user, pw.pw_uid))
+        except KeyError:
+            check(False, 'postinst created system user %s' % user)
+    # tmpfiles.d runs again at every boot (and dh's snippet ran it a second time):
+    # the ACL must still grant what it says after that.
+    sh('systemd-tmpfiles', '--create', 'kgpu.conf', check_rc=False)
+    acl = sh('getfacl', '-p', PLUGIN_DIR, check_rc=False).stdout
+    check('group:kgpu:rwx' in acl and 'mask::rwx' in acl and 'default:group:kgpu:rw' in acl,
+          'tmpfiles.d ACLs on %s (incl. mask and default ACL)' % PLUGIN_DIR, acl)
+    probe_sock = os.path.join(PLUGIN_DIR, 'acl-probe.sock')
+    p = sh('setpriv', '--reuid=kgpu', '--regid=kgpu', '--clear-groups', 'python3', '-c',
+           'import socket,sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])', probe_sock, check_rc=False)
+    check(p.returncode == 0, 'user kgpu may create a socket in %s' % PLUGIN_DIR, p.stderr)
+    if os.path.exists(probe_sock):
+        os.unlink(probe_sock)
+
+    # --- start ---------------------------------------------------------------------
+    sh('systemctl', 'stop', 'kgpu.target', *UNITS, check_rc=False)
+    sh('systemctl', 'reset-failed', check_rc=False)
+    p = sh('systemctl', 'start', 'kgpu.target', check_rc=False, timeout=60)
+    check(p.returncode == 0, 'systemctl start kgpu.target', p.stderr)
+    for u in UNITS:
+        state = wait(lambda: unit_prop(u, 'ActiveState') == 'active', 10, u)
+        check(state, '%s active' % u, 'state %s; %s' % (
+            unit_prop(u, 'ActiveState'), sh('journalctl', '--no-pager', '-n', '30', '-u', u, check_rc=False).stdout))
+
+    for u, user in (('kgpu-grpcd.service', 'kgpu'), ('kgpu-brokerd.service', 'kgpu-broker'),
+                    ('kgpu-probed.service', 'root')):
+        pid = unit_prop(u, 'MainPID')
+        if not check(pid not in ('', '0'), '%s has a main process' % u):
+            continue
+        st = proc_status(pid)
+        uid = int(st['Uid'].split()[0])
+        check(uid == pwd.getpwnam(user).pw_uid, '%s runs as %s' % (u, user), 'Uid: %s' % st['Uid'])
+        if user != 'root':
+            check(int(st['CapEff'], 16) == 0 and int(st['CapPrm'], 16) == 0 and int(st['CapBnd'], 16) == 0,
+                  '%s holds no capabilities' % u, 'CapEff %s CapPrm %s CapBnd %s' % (
+                      st['CapEff'], st['CapPrm'], st['CapBnd']))
+
+    # --- D-Bus -----------------------------------------------------------------------
+    p = sh('busctl', 'introspect', 'io.kgpu.Probe1', '/io/kgpu/Probe1', check_rc=False)
+    check(p.returncode == 0 and 'io.kgpu.Probe1' in p.stdout and '.Rescan' in p.stdout,
+          'busctl introspect io.kgpu.Probe1 /io/kgpu/Probe1', p.stdout + p.stderr)
+    p = sh('busctl', 'tree', 'io.kgpu.Probe1', check_rc=False)
+    gpus = [l for l in p.stdout.splitlines() if '/io/kgpu/Probe1/gpu/' in l]
+    check(p.returncode == 0 and len(gpus) == 2, 'busctl tree io.kgpu.Probe1 shows the 2 testbed GPUs', p.stdout)
+    p = sh('busctl', 'tree', 'io.kgpu.Broker1', check_rc=False)
+    check(p.returncode == 0 and '/io/kgpu/Broker1' in p.stdout, 'busctl tree io.kgpu.Broker1', p.stdout + p.stderr)
+
+    p = sh('busctl', 'call', 'io.kgpu.Probe1', '/io/kgpu/Probe1', 'io.kgpu.Probe1', 'Rescan',
+           user='nobody', check_rc=False)
+    check(p.returncode != 0 and ('Access denied' in p.stderr or 'AccessDenied' in p.stderr),
+          'nobody calling Probe1.Rescan is denied', p.stdout + p.stderr)
+    p = sh('busctl', 'call', 'io.kgpu.Broker1', '/io/kgpu/Broker1', 'io.kgpu.Broker1', 'Allocate',
+           'saas', 'gpu.intel.com/i915', '1', '1', TWO_GPUS['gpu.intel.com/i915'], user='nobody', check_rc=False)
+    check(p.returncode != 0 and ('Access denied' in p.stderr or 'AccessDenied' in p.stderr),
+          'nobody calling Broker1.Allocate is denied', p.stdout + p.stderr)
+    p = sh('busctl', 'get-property', 'io.kgpu.Probe1', '/io/kgpu/Probe1', 'io.kgpu.Probe1', 'Version',
+           user='nobody', check_rc=False)
+    check(p.returncode == 0, 'nobody may read Probe1.Version', p.stderr)
+    p = sh('busctl', 'call', 'io.kgpu.Probe1', '/io/kgpu/Probe1', 'io.kgpu.Probe1', 'Rescan', check_rc=False)
+    check(p.returncode == 0, 'root may call Probe1.Rescan', p.stderr)
+
+    # --- kubelet ---------------------------------------------------------------------
+    sys.path.insert(0, PAYLOAD)
+    os.environ['KGPU_PROTO_DIR'] = os.path.join(PAYLOAD, 'proto')
+    import kubelet_sim
+    sim = kubelet_sim.KubeletSim(PLUGIN_DIR, POD_RESOURCES)
+    sim.start()
+    try:
+        regs = sim.wait_registrations(list(TWO_GPUS), timeout=20)
+        check(set(regs) == set(TWO_GPUS), 'kubelet simulator got Register for %s' % ', '.join(sorted(TWO_GPUS)))
+    except TimeoutError as e:
+        check(False, 'kubelet simulator got Register for both resources', str(e))
+        return
+    res = 'gpu.intel.com/i915'
+    gpu = TWO_GPUS[res]
+    cl = sim.plugin(res)
+    _, devs = cl.wait_update(lambda d: len(d) > 0, timeout=10)
+    check([d['id'] for d in devs] == [gpu], 'ListAndWatch lists %s for %s' % (gpu, res), repr(devs))
+    try:
+        ans = cl.allocate([gpu])
+        paths = sorted(d['host_path'] for d in ans['devices'])
+        check(paths == ['/dev/dri/card0', '/dev/dri/renderD128'], 'Allocate answer carries the GPU\'s DRM nodes',
+              repr(ans))
+    except Exception as e:  # grpc.RpcError
+        check(False, 'Allocate answered', repr(e))
+    # Keep the pod "live" for reconciliation.
+    sim.set_pods([('pkgtest', 'default', [('c0', [(res, [gpu])])])])
+    st = sh('kgpuctl', 'status', check_rc=False)
+    check(st.returncode == 0 and 'kgpu-grpcd' in st.stdout, 'kgpuctl status (all up)', st.stdout + st.stderr)
+    log('kgpuctl status:\n' + st.stdout)
+
+    before = allocations()
+    check(before is not None and len(before) == 1, 'kgpuctl allocations shows the allocation', repr(before))
+
+    for action, unit in (('reload', 'kgpu-brokerd.service'), ('restart', 'kgpu-brokerd.service')):
+        pid = unit_prop(unit, 'MainPID')
+        p = sh('systemctl', action, unit, check_rc=False, timeout=60)
+        check(p.returncode == 0, 'systemctl %s %s' % (action, unit), p.stderr)
+        wait(lambda: unit_prop(unit, 'ActiveState') == 'active' and allocations() is not None, 10, unit)
+        newpid = unit_prop(unit, 'MainPID')
+        check(unit_prop(unit, 'ActiveState') == 'active' and (newpid == pid) == (action == 'reload'),
+              '%s after %s (pid %s -> %s)' % (unit, action, pid, newpid))
+        after = allocations()
+        check(after == before, 'allocations kept across systemctl %s %s' % (action, unit),
+              '%r -> %r' % (before, after))
+    # Allocate still answered after the broker restart.
+    try:
+        ans = cl.allocate([gpu])
+        check(len(ans['devices']) == 2, 'Allocate answered after the broker restart', repr(ans))
+    except Exception as e:
+        check(False, 'Allocate answered after the broker restart', repr(e))
+    sim.stop()
+
+    # --- unit checks -----------------------------------------------------------------
+    files = ['/lib/systemd/system/%s' % u for u in UNITS + ['kgpu.target']]
+    p = sh('systemd-analyze', 'verify', *files, check_rc=False)
+    check(p.returncode == 0 and p.stderr.strip() == '', 'systemd-analyze verify: nothing on stderr', p.stderr)
+    for u, limit in THRESHOLDS.items():
+        p = sh('systemd-analyze', 'security', '--no-pager', u, check_rc=False)
+        line = [l for l in p.stdout.splitlines() if 'Overall exposure level' in l]
+        score = float(line[0].split(':')[1].split()[0]) if line else 99.0
+        check(score <= limit, '%s exposure %.1f <= %.1f (as installed)' % (u, score, limit), p.stdout[-400:])
+
+
+if __name__ == '__main__':
+    try:
+        main()
+    except Exception as e:
+        import traceback
+        traceback.print_exc()
+        failures.append('exception: %r' % e)
+    if failures:
+        log('%d check(s) failed: %s' % (len(failures), '; '.join(failures)))
+        for u in UNITS + ['kgpu-testbed.service']:
+            print('--- journal of %s' % u)
+            print(sh('journalctl', '--no-pager', '-n', '40', '-u', u, check_rc=False).stdout, flush=True)
+        sys.exit(1)
+    log('all checks passed')
