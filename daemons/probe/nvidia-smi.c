@@ -873,6 +873,145 @@ int nvidia_smi_parse_list(const char *text, size_t len,
         return 0;
 }
 
+/* ---- nvidia-smi -q MIG devices ---- */
+
+static size_t indent_of(const char *s) {
+        return strspn(s, " ");
+}
+
+/* "Key   : value" -> key, value (both stripped); false when there is no ':'. */
+static bool q_key_value(char *s, char **ret_key, char **ret_value) {
+        char *c = strchr(s, ':');
+
+        if (!c)
+                return false;
+        *c = 0;
+        *ret_key = strip(s);
+        *ret_value = strip(c + 1);
+        return true;
+}
+
+int nvidia_smi_parse_q_mig_devices(const char *text, size_t len, NvidiaQMigDevice **ret, size_t *ret_n,
+                                   char **ret_error) {
+        _cleanup_(lines_done) Lines l = {};
+        _cleanup_free_ NvidiaQMigDevice *devs = NULL;
+        char gpu[NVIDIA_PCI_ADDRESS_MAX] = "";
+        bool in_mig = false, seen_log = false;
+        unsigned have = 0;      /* bits: 1 index, 2 gi, 4 ci of the current block */
+        size_t n = 0;
+        int r;
+
+        r = lines_split(text, len, &l, ret_error);
+        if (r < 0)
+                return r;
+        r = lines_check_error(&l, ret_error);
+        if (r < 0)
+                return r;
+
+        for (size_t i = 0; i <= l.n; i++) {
+                char *s = i < l.n ? l.line[i] : (char *) "", *key, *value;
+                size_t ind = indent_of(s);
+                uint32_t v;
+
+                /* A MIG Device block ends at the next line indented 4 or less. */
+                if (in_mig && (i == l.n || (ind <= 4 && !isempty(strip(s))))) {
+                        if (have != 7)
+                                return fail(ret_error, -EBADMSG, i, "MIG device block without index, GPU and "
+                                            "compute instance IDs");
+                        in_mig = false;
+                }
+                if (i == l.n)
+                        break;
+                s = strip(s);
+                if (isempty(s))
+                        continue;
+                if (strstr(s, "NVSMI LOG"))
+                        seen_log = true;
+                if (ind == 0 && startswith(s, "GPU ") && !strchr(s + 4, ' ')) {
+                        if (nvidia_pci_address_normalize(s + 4, gpu) < 0)
+                                return fail(ret_error, -EBADMSG, i + 1, "bad GPU block '%.40s'", s);
+                        continue;
+                }
+                if (ind == 4 && streq(s, "MIG Device")) {
+                        if (!gpu[0])
+                                return fail(ret_error, -EBADMSG, i + 1, "MIG device outside a GPU block");
+                        if (n >= NVIDIA_MIG_DEVICES_MAX)
+                                return fail(ret_error, -E2BIG, i + 1, "more than %u MIG devices",
+                                            NVIDIA_MIG_DEVICES_MAX);
+                        if (!devs) {
+                                devs = calloc(NVIDIA_MIG_DEVICES_MAX, sizeof(NvidiaQMigDevice));
+                                if (!devs)
+                                        return -ENOMEM;
+                        }
+                        memcpy(devs[n].pci_address, gpu, sizeof(gpu));
+                        n++;
+                        in_mig = true;
+                        have = 0;
+                        continue;
+                }
+                if (!in_mig || ind != 8 || !q_key_value(s, &key, &value))
+                        continue;
+                if (streq(key, "Index") || streq(key, "GPU Instance ID") || streq(key, "Compute Instance ID")) {
+                        if (parse_small_uint(value, 1024, &v) < 0)
+                                return fail(ret_error, -EBADMSG, i + 1, "%s: bad value '%.32s'", key, value);
+                        if (streq(key, "Index")) {
+                                devs[n - 1].device_index = v;
+                                have |= 1;
+                        } else if (streq(key, "GPU Instance ID")) {
+                                devs[n - 1].gi_id = v;
+                                have |= 2;
+                        } else {
+                                devs[n - 1].ci_id = v;
+                                have |= 4;
+                        }
+                }
+        }
+        if (!seen_log && !gpu[0])
+                return fail(ret_error, -EBADMSG, 0, "not nvidia-smi -q output");
+        for (size_t a = 0; a < n; a++)
+                for (size_t b = a + 1; b < n; b++)
+                        if (streq(devs[a].pci_address, devs[b].pci_address) &&
+                            (devs[a].device_index == devs[b].device_index ||
+                             (devs[a].gi_id == devs[b].gi_id && devs[a].ci_id == devs[b].ci_id)))
+                                return fail(ret_error, -EBADMSG, 0, "MIG device %u of GPU %s listed twice",
+                                            devs[b].device_index, devs[b].pci_address);
+
+        *ret = TAKE_PTR(devs);
+        *ret_n = n;
+        return 0;
+}
+
+int nvidia_mig_devices_set_instance_ids(NvidiaMigDevice *migs, size_t n_migs, const NvidiaGpu *gpus,
+                                        size_t n_gpus, const NvidiaQMigDevice *q, size_t n_q) {
+        int set = 0;
+
+        if ((n_migs > 0 && !migs) || (n_gpus > 0 && !gpus) || (n_q > 0 && !q))
+                return -EINVAL;
+        for (size_t m = 0; m < n_migs; m++) {
+                const NvidiaGpu *g = NULL;
+                bool found = false;
+
+                for (size_t k = 0; k < n_gpus && !g; k++)
+                        if (gpus[k].index == migs[m].gpu_index && gpus[k].pci_address[0])
+                                g = &gpus[k];
+                if (!g)
+                        return -ENXIO;
+                for (size_t k = 0; k < n_q && !found; k++)
+                        if (streq(q[k].pci_address, g->pci_address) && q[k].device_index == migs[m].device_index) {
+                                if ((migs[m].gi_id >= 0 && (uint32_t) migs[m].gi_id != q[k].gi_id) ||
+                                    (migs[m].ci_id >= 0 && (uint32_t) migs[m].ci_id != q[k].ci_id))
+                                        return -ENXIO;  /* R450 UUIDs carry the IDs: they must agree */
+                                migs[m].gi_id = (int32_t) q[k].gi_id;
+                                migs[m].ci_id = (int32_t) q[k].ci_id;
+                                found = true;
+                        }
+                if (!found)
+                        return -ENXIO;
+                set++;
+        }
+        return set;
+}
+
 /* ---- nvidia-smi mig -lgi / -lci ---- */
 
 static int placement_parse(char *s, uint32_t *ret_start, uint32_t *ret_size) {

@@ -170,6 +170,23 @@ int nvidia_smi_parse_list(const char *text, size_t len,
                           NvidiaGpu **ret_gpus, size_t *ret_n_gpus,
                           NvidiaMigDevice **ret_migs, size_t *ret_n_migs, char **ret_error);
 
+/* One "MIG Device" block of `nvidia-smi -q`: it ties the -L device index to its GPU
+ * and compute instance (which name the MIG capability device nodes). */
+typedef struct NvidiaQMigDevice {
+        char pci_address[NVIDIA_PCI_ADDRESS_MAX];       /* of the GPU block */
+        uint32_t device_index;
+        uint32_t gi_id, ci_id;
+} NvidiaQMigDevice;
+
+/* nvidia-smi -q: the MIG devices of every GPU block (0 when MIG is off). */
+int nvidia_smi_parse_q_mig_devices(const char *text, size_t len, NvidiaQMigDevice **ret, size_t *ret_n,
+                                   char **ret_error);
+/* Sets gi_id/ci_id of each -L MIG device from -q, going through the GPU's PCI address
+ * (gpus: from --query-gpu, with index and pci_address). Returns how many were set;
+ * -ENXIO when a MIG device has no match (the two answers disagree: query again). */
+int nvidia_mig_devices_set_instance_ids(NvidiaMigDevice *migs, size_t n_migs, const NvidiaGpu *gpus,
+                                        size_t n_gpus, const NvidiaQMigDevice *q, size_t n_q);
+
 /* nvidia-smi mig -lgi / -lci tables; "No GPU instances found" and "No compute
  * instances found" are empty lists (0 returned, *ret NULL). */
 int nvidia_smi_parse_mig_instances(const char *text, size_t len, bool compute_instances,

@@ -247,7 +247,8 @@ def nvidia_smi(argv):
         return recording(sc.get("topo")).decode(), 0, st
     if len(args) == 2 and args[0] == "mig" and args[1] in ("-lgi", "-lci"):
         key = "mig_lgi" if args[1] == "-lgi" else "mig_lci"
-        if key not in sc.s:
+        if sc.get(key) is None:
+            # The scenario says there are none: the answer of error-A30-MIG-1.txt.
             what = "GPU" if key == "mig_lgi" else "compute"
             return "No %s instances found: Not Found\n" % what, 6, st
         return recording(sc.s[key]).decode(), 0, st
@@ -336,6 +337,10 @@ def main(tool):
             out, code, st = mps_control(sys.argv[1:], stdin)
     except Fail as e:
         out, code = e.text, e.code
+        if out.startswith("fake "):
+            # The fake's own complaint, not nvidia-smi output.
+            sys.stderr.write(out)
+            out = ""
     if delay:
         time.sleep(float(delay))
     if st:

@@ -142,6 +142,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         check_result(r, err, topo);
 
+        {
+                NvidiaQMigDevice *qm = SENTINEL;
+
+                err = NULL;
+                r = nvidia_smi_parse_q_mig_devices(text, size, &qm, &n, &err);
+                if (r == 0) {
+                        if (n > NVIDIA_MIG_DEVICES_MAX)
+                                abort();
+                        for (size_t i = 0; i < n; i++)
+                                check_str(qm[i].pci_address, sizeof(qm[i].pci_address));
+                        free(qm);
+                        qm = SENTINEL;
+                }
+                check_result(r, err, qm);
+        }
+
         err = NULL;
         r = nvidia_smi_parse_versions(text, size, &v, &err);
         if (r == 0)

@@ -147,7 +147,7 @@ START_TEST(test_models) {
                 NvidiaMigMode mig;
                 const char *name;
         } cases[] = {
-                { "h100-mig", 1, 7, NVIDIA_MIG_MODE_ENABLED, "NVIDIA H100 80GB HBM3" },
+                { "h100-mig", 1, 4, NVIDIA_MIG_MODE_ENABLED, "NVIDIA H100 80GB HBM3" },
                 { "h200-mig", 1, 5, NVIDIA_MIG_MODE_ENABLED, "NVIDIA H200" },
                 { "l40s", 1, 0, NVIDIA_MIG_MODE_UNSUPPORTED, "NVIDIA L40S" },
                 { "8xh100-nvlink", 8, 0, NVIDIA_MIG_MODE_DISABLED, "NVIDIA H100 80GB HBM3" },
@@ -188,6 +188,46 @@ START_TEST(test_models) {
                         ck_assert_str_eq(gpus[k].uuid, listed[k].uuid);
                 }
         }
+}
+END_TEST
+
+START_TEST(test_mig_instance_ids) {
+        char *q[] = { "nvidia-smi", "--query-gpu=" NVIDIA_SMI_QUERY_FIELDS, "--format=csv,noheader,nounits", NULL };
+        char *l[] = { "nvidia-smi", "-L", NULL };
+        char *qq[] = { "nvidia-smi", "-q", NULL };
+        char *lgi[] = { "nvidia-smi", "mig", "-lgi", NULL };
+        _cleanup_free_ NvidiaGpu *gpus = NULL, *listed = NULL;
+        _cleanup_free_ NvidiaMigDevice *migs = NULL;
+        _cleanup_free_ NvidiaQMigDevice *qm = NULL;
+        static const int32_t gi[] = { 2, 3, 9, 10 };
+        size_t n = 0, nl = 0, nm = 0, nq = 0;
+        Outcome o;
+
+        setenv("KGPU_FAKE_NVIDIA_SCENARIO", "h100-mig", 1);
+        o = run_sync(fake_smi, q, NULL, false);
+        ck_assert_int_eq(nvidia_smi_parse_query_gpu(o.result.out, o.result.out_len, NVIDIA_SMI_QUERY_FIELDS, &gpus, &n,
+                                                    NULL), 0);
+        outcome_done(&o);
+        o = run_sync(fake_smi, l, NULL, false);
+        ck_assert_int_eq(nvidia_smi_parse_list(o.result.out, o.result.out_len, &listed, &nl, &migs, &nm, NULL), 0);
+        outcome_done(&o);
+        o = run_sync(fake_smi, qq, NULL, false);
+        ck_assert_int_eq(nvidia_smi_parse_q_mig_devices(o.result.out, o.result.out_len, &qm, &nq, NULL), 0);
+        outcome_done(&o);
+
+        ck_assert_uint_eq(nm, 4);
+        ck_assert_int_eq(nvidia_mig_devices_set_instance_ids(migs, nm, gpus, n, qm, nq), 4);
+        for (size_t i = 0; i < nm; i++) {
+                ck_assert_int_eq(migs[i].gi_id, gi[i]);
+                ck_assert_int_eq(migs[i].ci_id, 0);
+        }
+
+        /* A scenario without the recording says so (exit 255), it does not invent one. */
+        o = run_sync(fake_smi, lgi, NULL, false);
+        ck_assert_int_eq(o.result.exit_status, 255);
+        ck_assert_uint_eq(o.result.out_len, 0);
+        ck_assert_ptr_nonnull(strstr(o.result.err, "no recording"));
+        outcome_done(&o);
 }
 END_TEST
 
@@ -456,6 +496,7 @@ static Suite *suite(void) {
         tcase_set_timeout(tc, 60);
         tcase_add_test(tc, test_query_gpu);
         tcase_add_test(tc, test_models);
+        tcase_add_test(tc, test_mig_instance_ids);
         tcase_add_test(tc, test_lost_gpu);
         tcase_add_test(tc, test_no_devices);
         tcase_add_test(tc, test_compute_mode);

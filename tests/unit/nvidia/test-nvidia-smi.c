@@ -668,6 +668,97 @@ START_TEST(test_version_recordings) {
 }
 END_TEST
 
+typedef struct QCase {
+        const char *file;
+        size_t n;
+} QCase;
+
+static const QCase q_cases[] = {
+        { "q-8xV100-SXM2-16GB-1.txt", 0 },
+        { "q-A10-1.txt", 0 },
+        { "q-H100-MIG-1.txt", 4 },
+        { "q-H200-1.txt", 0 },
+        { "q-RTX2080S-win-1.txt", 0 },
+};
+
+START_TEST(test_q_mig_recordings) {
+        const QCase *c = &q_cases[_i];
+        _cleanup_free_ NvidiaQMigDevice *d = NULL;
+        _cleanup_free_ char *err = NULL;
+        size_t n = 99;
+        Rec r = rec_load(c->file);
+
+        ck_assert_msg(nvidia_smi_parse_q_mig_devices(r.text, r.len, &d, &n, &err) == 0, "%s: %s", c->file,
+                      strempty(err));
+        ck_assert_uint_eq(n, c->n);
+        rec_done(&r);
+}
+END_TEST
+
+START_TEST(test_mig_instance_join) {
+        /* -L, -q of one H100 MIG capture; the GPU's bus id as --query-gpu reports it. */
+        _cleanup_free_ NvidiaQMigDevice *d = NULL;
+        _cleanup_free_ NvidiaGpu *listed = NULL;
+        _cleanup_free_ NvidiaMigDevice *migs = NULL;
+        NvidiaGpu gpu = { .index = 0, .pci_address = "0000:00:09.0" };
+        NvidiaGpu other = { .index = 0, .pci_address = "0000:01:00.0" };
+        static const uint32_t gi[] = { 2, 3, 9, 10 };
+        size_t n = 0, nl = 0, nm = 0;
+        Rec q = rec_load("q-H100-MIG-1.txt"), l = rec_load("L-H100-MIG-1.txt");
+        Rec old = rec_load("L-A100-SXM4-40GB-MIG-oldUUID-1.txt");
+
+        ck_assert_int_eq(nvidia_smi_parse_q_mig_devices(q.text, q.len, &d, &n, NULL), 0);
+        for (size_t i = 0; i < n; i++) {
+                ck_assert_str_eq(d[i].pci_address, "0000:00:09.0");
+                ck_assert_uint_eq(d[i].device_index, i);
+                ck_assert_uint_eq(d[i].gi_id, gi[i]);
+                ck_assert_uint_eq(d[i].ci_id, 0);
+        }
+        ck_assert_int_eq(nvidia_smi_parse_list(l.text, l.len, &listed, &nl, &migs, &nm, NULL), 0);
+        ck_assert_int_eq(nvidia_mig_devices_set_instance_ids(migs, nm, &other, 1, d, n), -ENXIO);
+        ck_assert_int_eq(nvidia_mig_devices_set_instance_ids(migs, nm, &gpu, 1, d, n), 4);
+        for (size_t i = 0; i < nm; i++) {
+                ck_assert_int_eq(migs[i].gi_id, (int32_t) gi[i]);
+                ck_assert_int_eq(migs[i].ci_id, 0);
+        }
+        listed = mfree(listed);
+        migs = mfree(migs);
+
+        /* R450 UUIDs carry GI/CI already: a -q that disagrees is refused. */
+        ck_assert_int_eq(nvidia_smi_parse_list(old.text, old.len, &listed, &nl, &migs, &nm, NULL), 0);
+        ck_assert_int_eq(nvidia_mig_devices_set_instance_ids(migs, 4, &gpu, 1, d, n), -ENXIO);
+        rec_done(&q);
+        rec_done(&l);
+        rec_done(&old);
+}
+END_TEST
+
+START_TEST(test_q_garbage) {
+        static const char *const bad[] = {
+                "hello\n",
+                "GPU 00000000:00:09.0\n    MIG Device\n        Index : 0\n        GPU Instance ID : 2\n",
+                "GPU 00000000:00:09.0\n    MIG Device\n        Index : x\n",
+                "GPU 0000:00:09\n",
+                "    MIG Device\n        Index : 0\n",
+                ("GPU 00000000:00:09.0\n    MIG Device\n        Index : 0\n        GPU Instance ID : 2\n"
+                 "        Compute Instance ID : 0\n    MIG Device\n        Index : 0\n        GPU Instance ID : 3\n"
+                 "        Compute Instance ID : 0\n"),
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                _cleanup_free_ char *err = NULL;
+                NvidiaQMigDevice *d = NULL;
+                size_t n = 5;
+
+                ck_assert_msg(nvidia_smi_parse_q_mig_devices(bad[i], strlen(bad[i]), &d, &n, &err) == -EBADMSG,
+                              "case %zu", i);
+                ck_assert_ptr_nonnull(err);
+                ck_assert_ptr_null(d);
+                ck_assert_uint_eq(n, 5);
+        }
+}
+END_TEST
+
 START_TEST(test_compute_mode_recordings) {
         _cleanup_free_ char *err = NULL;
         NvidiaComputeMode m = NVIDIA_COMPUTE_MODE_UNKNOWN;
@@ -792,6 +883,7 @@ START_TEST(test_mutations) {
                                 NvidiaGpu *g = NULL;
                                 NvidiaMigDevice *m = NULL;
                                 NvidiaMigInstance *mi = NULL;
+                                NvidiaQMigDevice *qm = NULL;
                                 NvidiaTopology *t = NULL;
                                 NvidiaVersions v;
                                 NvidiaSmiError e;
@@ -820,6 +912,8 @@ START_TEST(test_mutations) {
                                 CHECK(nvidia_smi_parse_topology(copy, cut, &t, &err));
                                 t = mfree(t);
                                 CHECK(nvidia_smi_parse_versions(copy, cut, &v, &err));
+                                CHECK(nvidia_smi_parse_q_mig_devices(copy, cut, &qm, &n, &err));
+                                qm = mfree(qm);
                                 CHECK(nvidia_smi_parse_compute_mode_reply(copy, cut, &cm, &err));
                                 CHECK(nvidia_mps_parse_reply(copy, cut, &err));
                                 CHECK(nvidia_mps_parse_server_list(copy, cut, &p, &n, &err));
@@ -847,6 +941,8 @@ static Suite *suite(void) {
         tcase_add_loop_test(tc, test_mig_recordings, 0, ELEMENTSOF(mig_cases));
         tcase_add_loop_test(tc, test_error_recordings, 0, ELEMENTSOF(error_cases));
         tcase_add_loop_test(tc, test_version_recordings, 0, ELEMENTSOF(version_cases));
+        tcase_add_loop_test(tc, test_q_mig_recordings, 0, ELEMENTSOF(q_cases));
+        tcase_add_test(tc, test_mig_instance_join);
         tcase_add_test(tc, test_compute_mode_recordings);
         tcase_add_test(tc, test_mps_replies);
         tcase_add_test(tc, test_helpers);
@@ -857,6 +953,7 @@ static Suite *suite(void) {
         tcase_add_test(tg, test_topology_garbage);
         tcase_add_test(tg, test_mig_garbage);
         tcase_add_test(tg, test_list_garbage);
+        tcase_add_test(tg, test_q_garbage);
         tcase_add_test(tg, test_mutations);
         tcase_set_timeout(tg, 120);
         suite_add_tcase(s, tg);
