@@ -28,6 +28,7 @@
 #include "common/util.h"
 #include "daemons/broker/broker-dbus.h"
 #include "daemons/broker/manager.h"
+#include "daemons/broker/inventory.h"
 #include "daemons/broker/probe-client.h"
 #include "daemons/broker/reload.h"
 
@@ -178,6 +179,7 @@ int manager_start(Manager *m) {
         int r;
 
         manager_open_store(m);
+        (void) inventory_load(m);
 
         sigemptyset(&mask);
         sigaddset(&mask, SIGTERM);

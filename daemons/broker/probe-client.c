@@ -16,6 +16,7 @@
 #include "common/bus-names.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "daemons/broker/inventory.h"
 #include "daemons/broker/broker-dbus.h"
 #include "daemons/broker/manager.h"
 #include "daemons/broker/probe-client.h"
@@ -315,6 +316,7 @@ static int probe_remove_gpu(Manager *m, const char *path, char ***changed) {
 static void probe_emit(Manager *m, char **changed) {
         if (strv_length(changed) == 0)
                 return;
+        inventory_save(m);      /* for a broker restarted while the probe is down */
         (void) broker_dbus_emit_resources_changed(m, changed);
         manager_update_status(m);
 }

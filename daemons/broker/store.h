@@ -29,7 +29,7 @@
 
 #include "common/cleanup.h"
 
-#define STORE_SCHEMA_VERSION 2
+#define STORE_SCHEMA_VERSION 3
 #define STORE_FILE_NAME "kgpu.db"
 #define STORE_BUSY_TIMEOUT_MS 200
 
@@ -80,3 +80,26 @@ int store_reconcile(Store *s, const uint64_t *release, size_t n_release,
  * allocation does not exist. */
 int store_get_holder(Store *s, uint64_t id, StoreHolder *ret, uint64_t *ret_seen_usec);
 void store_holder_done(StoreHolder *h);
+
+/* The probe's last GPU inventory (inventory.c converts). Strings borrowed. device_nodes
+ * and by_path_nodes are newline-joined lists, NULL when the probe sent none. */
+typedef struct StoreInventoryGpu {
+        const char *path;
+        const char *id;
+        const char *vendor;
+        const char *driver;
+        const char *card_node;
+        const char *render_node;
+        const char *health_reason;
+        const char *device_nodes;
+        const char *by_path_nodes;
+        int32_t numa_node;
+        uint16_t device_id;
+        bool healthy;
+} StoreInventoryGpu;
+
+/* Replaces the saved inventory with gpus[] in one transaction. */
+int store_save_inventory(Store *s, const StoreInventoryGpu *gpus, size_t n);
+/* Calls cb for each valid saved GPU (malformed rows skipped); returns the count. */
+typedef int (*StoreInventoryFunc)(const StoreInventoryGpu *gpu, void *userdata);
+int store_foreach_inventory(Store *s, StoreInventoryFunc cb, void *userdata);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* test-reconcile.c — which allocations a reconciliation keeps and releases, and how the
- * store applies it (one transaction, schema v1 -> v2 migration). */
+/* test-reconcile.c — which allocations a reconciliation keeps and releases, how the store
+ * applies it (one transaction, migration from schema v1), and the saved GPU inventory. */
 
 #include <check.h>
 #include <errno.h>
@@ -253,7 +253,63 @@ START_TEST(test_store_migrates_v1) {
         store_holder_done(&h);
         s = store_free(s);
         ck_assert_int_eq(raw_int("PRAGMA user_version"), STORE_SCHEMA_VERSION);
-        ck_assert_int_eq(STORE_SCHEMA_VERSION, 2);
+}
+END_TEST
+
+typedef struct Loaded {
+        size_t n;
+        char ids[4][64];
+        bool has_nodes[4];
+        bool healthy[4];
+        int32_t numa[4];
+} Loaded;
+
+static int load_cb(const StoreInventoryGpu *g, void *userdata) {
+        Loaded *l = userdata;
+
+        ck_assert_uint_lt(l->n, 4);
+        snprintf(l->ids[l->n], sizeof(l->ids[0]), "%s|%s|%s", g->id, g->device_nodes ?: "-", g->by_path_nodes ?: "-");
+        l->has_nodes[l->n] = g->device_nodes != NULL;
+        l->healthy[l->n] = g->healthy;
+        l->numa[l->n] = g->numa_node;
+        l->n++;
+        return 0;
+}
+
+START_TEST(test_store_inventory) {
+        _cleanup_free_ char *err = NULL;
+        _cleanup_(store_freep) Store *s = NULL;
+        StoreInventoryGpu g[] = {
+                { .path = "/io/kgpu/Probe1/gpu/a", .id = "0000:03:00.0", .vendor = "intel", .driver = "i915",
+                  .card_node = "/dev/dri/card0", .render_node = "/dev/dri/renderD128", .health_reason = "",
+                  .device_nodes = "/dev/dri/card0\n/dev/dri/renderD128", .numa_node = 1, .device_id = 0x56a0,
+                  .healthy = true },
+                { .path = "/io/kgpu/Probe1/gpu/b", .id = "0000:04:00.0", .vendor = "intel", .driver = "xe",
+                  .card_node = "", .render_node = "", .health_reason = "removed", .numa_node = -1,
+                  .healthy = false },
+        };
+        Loaded l = {};
+
+        ck_assert_int_eq(store_open(dir, "boot", &s, &err), 0);
+        ck_assert_int_eq(store_foreach_inventory(s, load_cb, &l), 0);
+        ck_assert_int_eq(store_save_inventory(s, g, 2), 0);
+        s = store_free(s);
+        raw_exec("INSERT INTO inventory VALUES ('/bad', 'x', 'v', 'd', '', '', '', NULL, NULL, 0, 0, 5)");
+
+        ck_assert_int_eq(store_open(dir, "boot", &s, &err), 0);
+        ck_assert_int_eq(store_foreach_inventory(s, load_cb, &l), 2);
+        ck_assert_str_eq(l.ids[0], "0000:03:00.0|/dev/dri/card0\n/dev/dri/renderD128|-");
+        ck_assert_str_eq(l.ids[1], "0000:04:00.0|-|-");
+        ck_assert(l.has_nodes[0] && !l.has_nodes[1]);
+        ck_assert(l.healthy[0] && !l.healthy[1]);
+        ck_assert_int_eq(l.numa[0], 1);
+        ck_assert_int_eq(l.numa[1], -1);
+
+        /* Saving replaces. */
+        l = (Loaded) {};
+        ck_assert_int_eq(store_save_inventory(s, g + 1, 1), 0);
+        ck_assert_int_eq(store_foreach_inventory(s, load_cb, &l), 1);
+        ck_assert_str_eq(l.ids[0], "0000:04:00.0|-|-");
 }
 END_TEST
 
@@ -270,6 +326,7 @@ static Suite *reconcile_suite(void) {
         tcase_add_checked_fixture(tc, setup, teardown);
         tcase_add_test(tc, test_store_reconcile);
         tcase_add_test(tc, test_store_migrates_v1);
+        tcase_add_test(tc, test_store_inventory);
         suite_add_tcase(s, tc);
         return s;
 }
