@@ -126,6 +126,25 @@ static int lines_split(const char *text, size_t len, Lines *ret, char **ret_erro
         return 0;
 }
 
+/* Makes room for element n in a zero-filled array of at most max elements. */
+static int array_grow(void **p, size_t *cap, size_t n, size_t size, size_t max) {
+        size_t c;
+        void *q;
+
+        if (n < *cap)
+                return 0;
+        c = MIN(MAX(*cap * 2, (size_t) 16), max);
+        if (c <= n)
+                return -E2BIG;
+        q = reallocarray(*p, c, size);
+        if (!q)
+                return -ENOMEM;
+        memset((char *) q + *cap * size, 0, (c - *cap) * size);
+        *p = q;
+        *cap = c;
+        return 0;
+}
+
 static bool is_blank(char c) {
         return c == ' ' || c == '\t';
 }
@@ -807,7 +826,7 @@ int nvidia_smi_parse_list(const char *text, size_t len,
         _cleanup_(lines_done) Lines l = {};
         _cleanup_free_ NvidiaGpu *gpus = NULL;
         _cleanup_free_ NvidiaMigDevice *migs = NULL;
-        size_t n = 0, n_migs = 0;
+        size_t n = 0, n_migs = 0, cap_migs = 0;
         int r;
 
         r = lines_split(text, len, &l, ret_error);
@@ -848,11 +867,10 @@ int nvidia_smi_parse_list(const char *text, size_t len,
                                             NVIDIA_MIG_DEVICES_MAX);
                         if (list_parse_mig_line(s, gpus[n - 1].index, &m) < 0)
                                 return fail(ret_error, -EBADMSG, i + 1, "bad MIG device line '%.80s'", s);
-                        if (!migs) {
-                                migs = calloc(NVIDIA_MIG_DEVICES_MAX, sizeof(NvidiaMigDevice));
-                                if (!migs)
-                                        return -ENOMEM;
-                        }
+                        r = array_grow((void **) &migs, &cap_migs, n_migs, sizeof(NvidiaMigDevice),
+                                       NVIDIA_MIG_DEVICES_MAX);
+                        if (r < 0)
+                                return r;
                         for (size_t k = 0; k < n_migs; k++)
                                 if (streq(migs[k].uuid, m.uuid) ||
                                     (migs[k].gpu_index == m.gpu_index && migs[k].device_index == m.device_index))
@@ -898,7 +916,7 @@ int nvidia_smi_parse_q_mig_devices(const char *text, size_t len, NvidiaQMigDevic
         char gpu[NVIDIA_PCI_ADDRESS_MAX] = "";
         bool in_mig = false, seen_log = false;
         unsigned have = 0;      /* bits: 1 index, 2 gi, 4 ci of the current block */
-        size_t n = 0;
+        size_t n = 0, cap = 0;
         int r;
 
         r = lines_split(text, len, &l, ret_error);
@@ -938,11 +956,9 @@ int nvidia_smi_parse_q_mig_devices(const char *text, size_t len, NvidiaQMigDevic
                         if (n >= NVIDIA_MIG_DEVICES_MAX)
                                 return fail(ret_error, -E2BIG, i + 1, "more than %u MIG devices",
                                             NVIDIA_MIG_DEVICES_MAX);
-                        if (!devs) {
-                                devs = calloc(NVIDIA_MIG_DEVICES_MAX, sizeof(NvidiaQMigDevice));
-                                if (!devs)
-                                        return -ENOMEM;
-                        }
+                        r = array_grow((void **) &devs, &cap, n, sizeof(NvidiaQMigDevice), NVIDIA_MIG_DEVICES_MAX);
+                        if (r < 0)
+                                return r;
                         memcpy(devs[n].pci_address, gpu, sizeof(gpu));
                         n++;
                         in_mig = true;
@@ -1032,7 +1048,7 @@ int nvidia_smi_parse_mig_instances(const char *text, size_t len, bool compute_in
         const char *title = compute_instances ? "Compute instances:" : "GPU instances:";
         const char *none = compute_instances ? "No compute instances found" : "No GPU instances found";
         bool seen_title = false, seen_rule = false;
-        size_t n = 0;
+        size_t n = 0, cap = 0;
         int r;
 
         r = lines_split(text, len, &l, ret_error);
@@ -1112,11 +1128,9 @@ int nvidia_smi_parse_mig_instances(const char *text, size_t len, bool compute_in
                 for (size_t j = 0; j < n; j++)
                         if (inst[j].gpu_index == m.gpu_index && inst[j].gi_id == m.gi_id && inst[j].ci_id == m.ci_id)
                                 return fail(ret_error, -EBADMSG, i + 1, "instance listed twice");
-                if (!inst) {
-                        inst = calloc(NVIDIA_MIG_DEVICES_MAX, sizeof(NvidiaMigInstance));
-                        if (!inst)
-                                return -ENOMEM;
-                }
+                r = array_grow((void **) &inst, &cap, n, sizeof(NvidiaMigInstance), NVIDIA_MIG_DEVICES_MAX);
+                if (r < 0)
+                        return r;
                 inst[n++] = m;
         }
 

@@ -869,13 +869,42 @@ START_TEST(test_list_garbage) {
 }
 END_TEST
 
+START_TEST(test_list_limits) {
+        _cleanup_free_ char *text = NULL;
+        _cleanup_free_ NvidiaGpu *gpus = NULL;
+        _cleanup_free_ NvidiaMigDevice *migs = NULL;
+        size_t len = 0, n = 0, nm = 0;
+        char *err = NULL;
+        FILE *f;
+
+        f = open_memstream(&text, &len);
+        ck_assert_ptr_nonnull(f);
+        fputs("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-00000000-0000-0000-0000-000000000000)\n", f);
+        for (unsigned i = 0; i <= NVIDIA_MIG_DEVICES_MAX; i++)
+                fprintf(f, "  MIG 1g.10gb     Device %2u: (UUID: MIG-%08x-0000-0000-0000-000000000000)\n", i, i);
+        fclose(f);
+        ck_assert_int_eq(nvidia_smi_parse_list(text, len, &gpus, &n, &migs, &nm, &err), -E2BIG);
+        ck_assert_ptr_nonnull(strstr(err, "more than 4096 MIG devices"));
+        err = mfree(err);
+        ck_assert_ptr_null(migs);
+
+        /* The last line dropped: exactly the limit parses. */
+        *strrchr(text, '\n') = 0;
+        *(strrchr(text, '\n') + 1) = 0;
+        ck_assert_int_eq(nvidia_smi_parse_list(text, strlen(text), &gpus, &n, &migs, &nm, &err), 0);
+        ck_assert_uint_eq(nm, NVIDIA_MIG_DEVICES_MAX);
+        ck_assert_uint_eq(migs[4095].device_index, 4095);
+        ck_assert_str_eq(migs[4095].uuid, "MIG-00000fff-0000-0000-0000-000000000000");
+}
+END_TEST
+
 /* Every prefix of every recording, and each with one byte flipped, through every
  * parser: no crash, no leak, and either success or an error with a message. */
 START_TEST(test_mutations) {
         for (size_t f = 0; f < ELEMENTSOF(checked); f++) {
                 Rec r = rec_load(checked[f]);
                 _cleanup_free_ char *copy = malloc(r.len + 1);
-                size_t step = r.len > 4096 ? r.len / 512 : 1;
+                size_t step = r.len > 2048 ? r.len / 256 : 1;
 
                 ck_assert_ptr_nonnull(copy);
                 for (size_t cut = 0; cut <= r.len; cut += step) {
@@ -954,6 +983,7 @@ static Suite *suite(void) {
         tcase_add_test(tg, test_mig_garbage);
         tcase_add_test(tg, test_list_garbage);
         tcase_add_test(tg, test_q_garbage);
+        tcase_add_test(tg, test_list_limits);
         tcase_add_test(tg, test_mutations);
         tcase_set_timeout(tg, 120);
         suite_add_tcase(s, tg);
