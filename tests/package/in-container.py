@@ -101,6 +101,7 @@ def main():
     p = sh('dpkg', '-i', *[os.path.join(PAYLOAD, d) for d in debs], check_rc=False, timeout=120)
     if not check(p.returncode == 0, 'dpkg -i %s' % ' '.join(debs), p.stdout + p.stderr):
         return
+    check(os.path.isfile('/etc/kgpu/kgpu.yaml'), 'default /etc/kgpu/kgpu.yaml installed (the daemons start with it)')
     for user in ('kgpu', 'kgpu-broker'):
         try:
             pw = pwd.getpwnam(user)
@@ -218,6 +219,16 @@ def main():
     except Exception as e:
         check(False, 'Allocate answered after the broker restart', repr(e))
     sim.stop()
+    before = allocations()      # with the one just made
+
+    # --- D-Bus activation: a call to a stopped daemon's name starts its unit ---------
+    sh('systemctl', 'stop', 'kgpu-brokerd.service', check_rc=False)
+    p = sh('busctl', 'get-property', 'io.kgpu.Broker1', '/io/kgpu/Broker1', 'io.kgpu.Broker1', 'Version',
+           user='nobody', check_rc=False, timeout=30)
+    check(p.returncode == 0 and '0.1.0' in p.stdout and unit_prop('kgpu-brokerd.service', 'ActiveState') == 'active',
+          'D-Bus activation: a read of io.kgpu.Broker1 started kgpu-brokerd.service', p.stdout + p.stderr)
+    after = allocations()
+    check(after == before, 'allocations kept across stop and D-Bus activation', '%r -> %r' % (before, after))
 
     # --- unit checks -----------------------------------------------------------------
     files = ['/lib/systemd/system/%s' % u for u in UNITS + ['kgpu.target']]
