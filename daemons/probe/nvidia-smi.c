@@ -1028,6 +1028,121 @@ int nvidia_mig_devices_set_instance_ids(NvidiaMigDevice *migs, size_t n_migs, co
         return set;
 }
 
+/* ---- nvidia-smi mig -lgip ---- */
+
+/* "9.50" (GiB, up to two decimals) -> MiB. */
+static int gib_to_mib(const char *s, uint64_t *ret) {
+        const char *dot = strchr(s, '.');
+        char whole[8] = "";
+        uint32_t w, frac = 0;
+        size_t wl = dot ? (size_t) (dot - s) : strlen(s);
+
+        if (wl == 0 || wl >= sizeof(whole))
+                return -EBADMSG;
+        memcpy(whole, s, wl);
+        if (parse_small_uint(whole, 1U << 20, &w) < 0)
+                return -EBADMSG;
+        if (dot) {
+                size_t fl = strlen(dot + 1);
+
+                if (fl < 1 || fl > 2 || strspn(dot + 1, "0123456789") != fl)
+                        return -EBADMSG;
+                frac = (uint32_t) strtoul(dot + 1, NULL, 10) * (fl == 1 ? 10 : 1);
+        }
+        *ret = (uint64_t) w * 1024 + (uint64_t) frac * 1024 / 100;
+        return 0;
+}
+
+int nvidia_smi_parse_mig_profiles(const char *text, size_t len, NvidiaMigProfile **ret, size_t *ret_n,
+                                  char **ret_error) {
+        _cleanup_(lines_done) Lines l = {};
+        _cleanup_free_ NvidiaMigProfile *p = NULL;
+        bool seen_title = false, seen_rule = false;
+        size_t n = 0, cap = 0;
+        int r;
+
+        r = lines_split(text, len, &l, ret_error);
+        if (r < 0)
+                return r;
+        r = lines_check_error(&l, ret_error);
+        if (r < 0)
+                return r;
+
+        for (size_t i = 0; i < l.n; i++) {
+                char *s = strip(l.line[i]), *tok[12], *slash;
+                NvidiaMigProfile m = {};
+                size_t sl = strlen(s);
+                int nt;
+
+                if (isempty(s))
+                        continue;
+                if (s[0] == '+') {
+                        if (strspn(s, "+-") != sl)
+                                return fail(ret_error, -EBADMSG, i + 1, "bad border line");
+                        continue;
+                }
+                if (s[0] != '|' || sl < 2 || s[sl - 1] != '|')
+                        return fail(ret_error, -EBADMSG, i + 1, "unexpected line '%.80s'", s);
+                s[sl - 1] = 0;
+                s = strip(s + 1);
+                if (s[0] == '=') {
+                        if (strspn(s, "=") != strlen(s) || !seen_title)
+                                return fail(ret_error, -EBADMSG, i + 1, "bad rule line");
+                        seen_rule = true;
+                        continue;
+                }
+                if (!seen_rule) {
+                        if (startswith(s, "GPU instance profiles:"))
+                                seen_title = true;
+                        else if (!seen_title)
+                                return fail(ret_error, -EBADMSG, i + 1, "not a GPU instance profile table");
+                        continue;
+                }
+
+                nt = tokenize(s, tok, ELEMENTSOF(tok));
+                if (nt >= 1 && nt <= 3)
+                        continue;       /* second line of a row: CE JPEG [OFA] */
+                if (nt != 10 || !streq(tok[1], "MIG"))
+                        return fail(ret_error, -EBADMSG, i + 1, "%d columns in a profile row", nt);
+                if (parse_small_uint(tok[0], NVIDIA_GPUS_MAX * 16, &m.gpu_index) < 0)
+                        return fail(ret_error, -EBADMSG, i + 1, "bad GPU index");
+                if (!profile_is_valid(tok[2]))
+                        return fail(ret_error, -EBADMSG, i + 1, "bad profile name");
+                (void) copy_field(m.profile, sizeof(m.profile), tok[2]);
+                if (parse_small_uint(tok[3], 1024, &m.profile_id) < 0)
+                        return fail(ret_error, -EBADMSG, i + 1, "bad profile id");
+                slash = strchr(tok[4], '/');
+                if (!slash)
+                        return fail(ret_error, -EBADMSG, i + 1, "bad instance count");
+                *slash = 0;
+                if (parse_small_uint(tok[4], 64, &m.free) < 0 || parse_small_uint(slash + 1, 64, &m.total) < 0 ||
+                    m.free > m.total)
+                        return fail(ret_error, -EBADMSG, i + 1, "bad instance count");
+                if (gib_to_mib(tok[5], &m.memory_mib) < 0)
+                        return fail(ret_error, -EBADMSG, i + 1, "bad memory '%.16s'", tok[5]);
+                if (streq(tok[6], "Yes"))
+                        m.p2p = true;
+                else if (!streq(tok[6], "No"))
+                        return fail(ret_error, -EBADMSG, i + 1, "bad P2P '%.16s'", tok[6]);
+                if (parse_small_uint(tok[7], 1024, &m.sm) < 0)
+                        return fail(ret_error, -EBADMSG, i + 1, "bad SM count");
+
+                for (size_t j = 0; j < n; j++)
+                        if (p[j].gpu_index == m.gpu_index && p[j].profile_id == m.profile_id)
+                                return fail(ret_error, -EBADMSG, i + 1, "profile %u listed twice", m.profile_id);
+                r = array_grow((void **) &p, &cap, n, sizeof(NvidiaMigProfile), NVIDIA_MIG_DEVICES_MAX);
+                if (r < 0)
+                        return fail(ret_error, r, i + 1, "too many profiles");
+                p[n++] = m;
+        }
+
+        if (!seen_rule || n == 0)
+                return fail(ret_error, -EBADMSG, 0, "no GPU instance profile table");
+        *ret = TAKE_PTR(p);
+        *ret_n = n;
+        return 0;
+}
+
 /* ---- nvidia-smi mig -lgi / -lci ---- */
 
 static int placement_parse(char *s, uint32_t *ret_start, uint32_t *ret_size) {

@@ -170,6 +170,21 @@ int nvidia_smi_parse_list(const char *text, size_t len,
                           NvidiaGpu **ret_gpus, size_t *ret_n_gpus,
                           NvidiaMigDevice **ret_migs, size_t *ret_n_migs, char **ret_error);
 
+/* One row of `nvidia-smi mig -lgip` (GPU instance profiles). */
+typedef struct NvidiaMigProfile {
+        uint32_t gpu_index;
+        char profile[NVIDIA_PROFILE_MAX];       /* "1g.10gb", "1g.10gb+me" */
+        uint32_t profile_id;
+        uint32_t free, total;                   /* instances */
+        uint64_t memory_mib;                    /* "9.50" GiB -> 9728 */
+        bool p2p;
+        uint32_t sm;
+} NvidiaMigProfile;
+
+/* nvidia-smi mig -lgip. */
+int nvidia_smi_parse_mig_profiles(const char *text, size_t len, NvidiaMigProfile **ret, size_t *ret_n,
+                                  char **ret_error);
+
 /* One "MIG Device" block of `nvidia-smi -q`: it ties the -L device index to its GPU
  * and compute instance (which name the MIG capability device nodes). */
 typedef struct NvidiaQMigDevice {

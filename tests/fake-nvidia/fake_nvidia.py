@@ -245,6 +245,8 @@ def nvidia_smi(argv):
         return recording(sc.get("q")).decode(), 0, st
     if args == ["topo", "-m"]:
         return recording(sc.get("topo")).decode(), 0, st
+    if args == ["mig", "-lgip"]:
+        return recording(sc.get("mig_lgip")).decode(), 0, st
     if len(args) == 2 and args[0] == "mig" and args[1] in ("-lgi", "-lci"):
         key = "mig_lgi" if args[1] == "-lgi" else "mig_lci"
         if sc.get(key) is None:

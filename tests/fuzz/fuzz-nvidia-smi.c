@@ -158,6 +158,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 check_result(r, err, qm);
         }
 
+        {
+                NvidiaMigProfile *mp = SENTINEL;
+
+                err = NULL;
+                r = nvidia_smi_parse_mig_profiles(text, size, &mp, &n, &err);
+                if (r == 0) {
+                        if (n == 0 || n > NVIDIA_MIG_DEVICES_MAX)
+                                abort();
+                        for (size_t i = 0; i < n; i++)
+                                if (mp[i].free > mp[i].total)
+                                        abort();
+                        free(mp);
+                        mp = SENTINEL;
+                }
+                check_result(r, err, mp);
+        }
+
         err = NULL;
         r = nvidia_smi_parse_versions(text, size, &v, &err);
         if (r == 0)

@@ -8,6 +8,7 @@
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,7 +79,8 @@ static const char *const checked[] = {
         "topo-m-5xRTX4090-mixedNUMA-1.txt", "topo-m-8xA100-1.txt", "topo-m-8xA100-40GB-12NIC-1.txt",
         "topo-m-8xGPU-NV8-9NIC-1.txt", "topo-m-8xH100-1.txt", "topo-m-8xH100-12NIC-1.txt", "topo-m-8xRTX4090-1.txt",
         "mig-lgi-A100-40GB-1.txt", "mig-lgi-A100-40GB-2.txt", "mig-lgi-A100-80GB-1.txt", "mig-lgi-A30-1.txt",
-        "mig-lgi-RTXPRO6000-Blackwell-2.txt", "mig-lci-H100-80GB-1.txt", "mig-lci-RTXPRO6000-Blackwell-1.txt",
+        "mig-lgi-RTXPRO6000-Blackwell-2.txt", "mig-lgip-A100-40GB-1.txt", "mig-lgip-A100-80GB-1.txt",
+        "mig-lgip-A30-1.txt", "mig-lgip-GH200-1.txt", "mig-lci-H100-80GB-1.txt", "mig-lci-RTXPRO6000-Blackwell-1.txt",
         "error-A10-GPU-PV-VM-1.txt", "error-A30-MIG-1.txt", "error-RTX2080S-win-1.txt",
         "error-Slurm-node-no-GPU-allocated-2.txt", "error-unknown-GPU-2.txt", "error-unknown-GPU-3.txt",
         "error-unknown-GPU-7.txt", "mps-A100-Polaris-1.txt", "compute-mode-A100-80GB-MIG-1.txt",
@@ -588,6 +590,81 @@ START_TEST(test_mig_garbage) {
 }
 END_TEST
 
+typedef struct ProfileCase {
+        const char *file;
+        const char *rows;       /* "name id free/total MiB" joined by ';' */
+} ProfileCase;
+
+static const ProfileCase profile_cases[] = {
+        { "mig-lgip-A100-40GB-1.txt", "1g.5gb 19 7/7 4864;1g.5gb+me 20 1/1 4864;1g.10gb 15 4/4 9850;"
+          "2g.10gb 14 3/3 9850;3g.20gb 9 2/2 19968;4g.20gb 5 1/1 19968;7g.40gb 0 1/1 40192" },
+        { "mig-lgip-A100-80GB-1.txt", "1g.10gb 19 7/7 9728;1g.10gb+me 20 1/1 9728;2g.20gb 14 3/3 19968;"
+          "3g.40gb 9 2/2 40192;4g.40gb 5 1/1 40192;7g.80gb 0 1/1 80896" },
+        { "mig-lgip-A30-1.txt", "1g.6gb 14 0/4 5949;1g.6gb+me 21 0/1 5949;2g.12gb 5 0/2 11970;4g.24gb 0 0/1 24064" },
+        { "mig-lgip-GH200-1.txt", "1g.12gb 19 7/7 11264;1g.12gb+me 20 1/1 11264;1g.24gb 15 4/4 23552;"
+          "2g.24gb 14 3/3 23552;3g.48gb 9 2/2 47616;4g.48gb 5 1/1 47616;7g.96gb 0 1/1 95232" },
+};
+
+START_TEST(test_profile_recordings) {
+        const ProfileCase *c = &profile_cases[_i];
+        _cleanup_free_ NvidiaMigProfile *p = NULL;
+        _cleanup_free_ char *err = NULL, *joined = NULL;
+        size_t n = 0, jl = 0;
+        Rec r = rec_load(c->file);
+        FILE *f;
+
+        ck_assert_msg(nvidia_smi_parse_mig_profiles(r.text, r.len, &p, &n, &err) == 0, "%s: %s", c->file,
+                      strempty(err));
+        f = open_memstream(&joined, &jl);
+        ck_assert_ptr_nonnull(f);
+        for (size_t i = 0; i < n; i++) {
+                fprintf(f, "%s%s %u %u/%u %" PRIu64, i ? ";" : "", p[i].profile, p[i].profile_id, p[i].free,
+                        p[i].total, p[i].memory_mib);
+                ck_assert_uint_eq(p[i].gpu_index, 0);
+                ck_assert(!p[i].p2p);
+                ck_assert_uint_gt(p[i].sm, 0);
+        }
+        fclose(f);
+        ck_assert_str_eq(joined, c->rows);
+        /* Not a -lgi table. */
+        ck_assert_int_eq(nvidia_smi_parse_mig_instances(r.text, r.len, false, &(NvidiaMigInstance *) { NULL }, &n,
+                                                        NULL), -EBADMSG);
+        rec_done(&r);
+}
+END_TEST
+
+START_TEST(test_profile_garbage) {
+        static const char head[] =
+                "+-----------------------------------------------------------------------------+\n"
+                "| GPU instance profiles:                                                      |\n"
+                "| GPU   Name             ID    Instances   Memory     P2P    SM    DEC   ENC  |\n"
+                "|                              Free/Total   GiB              CE    JPEG  OFA  |\n"
+                "|=============================================================================|\n";
+        static const char *const rows[] = {
+                "|   0  MIG 1g.10gb       19     8/7        9.50       No     14     0     0   |\n",
+                "|   0  MIG 1g.10gb       19     7/7        9.5.0      No     14     0     0   |\n",
+                "|   0  MIG 1g.10gb       19     7/7        9.505      No     14     0     0   |\n",
+                "|   0  MIG 1g.10gb       19     7/7        9.50       Maybe  14     0     0   |\n",
+                "|   0  MIG 1g.10gb       19     7/7        9.50       No     14     0         |\n",
+                "|   0  MIG 1g.10gb       19     77         9.50       No     14     0     0   |\n",
+                "",     /* no rows */
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(rows); i++) {
+                _cleanup_free_ char *text = NULL, *err = NULL;
+                NvidiaMigProfile *p = NULL;
+                size_t n = 5;
+
+                ck_assert_int_ge(asprintf(&text, "%s%s", head, rows[i]), 0);
+                ck_assert_msg(nvidia_smi_parse_mig_profiles(text, strlen(text), &p, &n, &err) == -EBADMSG,
+                              "case %zu", i);
+                ck_assert_ptr_nonnull(err);
+                ck_assert_ptr_null(p);
+                ck_assert_uint_eq(n, 5);
+        }
+}
+END_TEST
+
 /* ---- errors ---- */
 
 typedef struct ErrorCase {
@@ -913,6 +990,7 @@ START_TEST(test_mutations) {
                                 NvidiaMigDevice *m = NULL;
                                 NvidiaMigInstance *mi = NULL;
                                 NvidiaQMigDevice *qm = NULL;
+                                NvidiaMigProfile *mp = NULL;
                                 NvidiaTopology *t = NULL;
                                 NvidiaVersions v;
                                 NvidiaSmiError e;
@@ -943,6 +1021,8 @@ START_TEST(test_mutations) {
                                 CHECK(nvidia_smi_parse_versions(copy, cut, &v, &err));
                                 CHECK(nvidia_smi_parse_q_mig_devices(copy, cut, &qm, &n, &err));
                                 qm = mfree(qm);
+                                CHECK(nvidia_smi_parse_mig_profiles(copy, cut, &mp, &n, &err));
+                                mp = mfree(mp);
                                 CHECK(nvidia_smi_parse_compute_mode_reply(copy, cut, &cm, &err));
                                 CHECK(nvidia_mps_parse_reply(copy, cut, &err));
                                 CHECK(nvidia_mps_parse_server_list(copy, cut, &p, &n, &err));
@@ -968,6 +1048,7 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_query_gpu_health);
         tcase_add_loop_test(tc, test_topology_recordings, 0, ELEMENTSOF(topo_cases));
         tcase_add_loop_test(tc, test_mig_recordings, 0, ELEMENTSOF(mig_cases));
+        tcase_add_loop_test(tc, test_profile_recordings, 0, ELEMENTSOF(profile_cases));
         tcase_add_loop_test(tc, test_error_recordings, 0, ELEMENTSOF(error_cases));
         tcase_add_loop_test(tc, test_version_recordings, 0, ELEMENTSOF(version_cases));
         tcase_add_loop_test(tc, test_q_mig_recordings, 0, ELEMENTSOF(q_cases));
@@ -984,6 +1065,7 @@ static Suite *suite(void) {
         tcase_add_test(tg, test_list_garbage);
         tcase_add_test(tg, test_q_garbage);
         tcase_add_test(tg, test_list_limits);
+        tcase_add_test(tg, test_profile_garbage);
         tcase_add_test(tg, test_mutations);
         tcase_set_timeout(tg, 120);
         suite_add_tcase(s, tg);
