@@ -4,10 +4,10 @@
 #
 # Layout two-gpus, intel.sharedDevNum=3 and -enable-monitoring (flag): after "remove
 # 0000:03:00.0" the i915 ListAndWatch shows 0000:03:00.0-0..2 all Unhealthy in one
-# update (measured from the write, < 100 ms), still listed; the xe shares stay Healthy;
+# update (measured from the write, < 500 ms), still listed; the xe shares stay Healthy;
 # i915_monitoring's "all" turns Unhealthy (its only GPU is gone), xe_monitoring does not;
 # Allocate of any share of the removed GPU fails with a message naming it. "add" brings
-# every share back to Healthy (< 100 ms) and Allocate of each works again. Twice.
+# every share back to Healthy (< 500 ms) and Allocate of each works again. Twice.
 
 import time
 
@@ -16,7 +16,9 @@ import grpc
 import harness
 from harness import check, RES_I915, RES_XE, GPU_I915, GPU_XE
 
-LIMIT_S = 0.100
+# Generous: test_hotplug.py holds the 100 ms promise; this one is about the shares and
+# must not flake when the build machine is loaded (typical: 2-50 ms).
+LIMIT_S = 0.500
 SHARES = 3
 I915_IDS = ['%s-%d' % (GPU_I915, i) for i in range(SHARES)]
 XE_IDS = ['%s-%d' % (GPU_XE, i) for i in range(SHARES)]
