@@ -160,7 +160,10 @@ static int on_output(sd_event_source *s, int fd, uint32_t revents, void *userdat
         int r;
 
         r = run_buffer_read(run, b);
-        if (r != 0)
+        if (r != 0 && run->truncated)
+                /* Keep the pipe open: the child dies of our SIGKILL, not of a SIGPIPE. */
+                (void) sd_event_source_set_enabled(s, SD_EVENT_OFF);
+        else if (r != 0)
                 run_buffer_close(b);
         return 0;
 }
