@@ -605,9 +605,9 @@ class Node:
                     self.bus.kill()
                     self.bus.wait()
             self.bus.stdout.close()
-        if VALGRIND and self.tmp:
+        logs = os.path.join(self.tmp, 'logs') if self.tmp else ''
+        if VALGRIND and os.path.isdir(logs):
             # Every instance counts, also those killed or restarted during the test.
-            logs = os.path.join(self.tmp, 'logs')
             for f in sorted(os.listdir(logs)):
                 if f.startswith('valgrind-') and os.path.getsize(os.path.join(logs, f)) > 0:
                     rcs['valgrind'] = 1
