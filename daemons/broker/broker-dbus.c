@@ -535,6 +535,7 @@ const sd_bus_vtable broker_vtable[] = {
         SD_BUS_VTABLE_START(0),
         SD_BUS_PROPERTY("Version", "s", property_get_version, 0, SD_BUS_VTABLE_PROPERTY_CONST),
         SD_BUS_PROPERTY("StartTime", "t", NULL, offsetof(Manager, start_time), SD_BUS_VTABLE_PROPERTY_CONST),
+        SD_BUS_PROPERTY("HolderDependentResources", "as", reconcile_property_holder_dependent, 0, 0),
         SD_BUS_METHOD_WITH_ARGS("ListResources",
                                 SD_BUS_NO_ARGS,
                                 SD_BUS_RESULT("a(sbb)", resources),

@@ -399,3 +399,21 @@ int reconcile_method(sd_bus_message *msg, void *userdata, sd_bus_error *error) {
                 return r;
         return sd_bus_send(NULL, reply, NULL);
 }
+
+int reconcile_property_holder_dependent(sd_bus *bus, const char *path, const char *interface,
+                                        const char *property, sd_bus_message *reply, void *userdata,
+                                        sd_bus_error *error) {
+        Manager *m = userdata;
+        int r;
+
+        r = sd_bus_message_open_container(reply, 'a', "s");
+        if (r < 0)
+                return r;
+        for (char **i = m->resources->seen; i && *i; i++)
+                if (resources_share_limit(m->resources, *i) > 1) {
+                        r = sd_bus_message_append(reply, "s", *i);
+                        if (r < 0)
+                                return r;
+                }
+        return sd_bus_message_close_container(reply);
+}

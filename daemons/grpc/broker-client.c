@@ -130,6 +130,8 @@ static int on_list_resources_reply(sd_bus_message *reply, void *userdata, sd_bus
                 }
                 p->seen = true;
                 (void) plugin_set_options(p, pre_start, preferred);
+                if (n == 1 && m->pod_resources)
+                        (void) pod_resources_refresh_policy(m->pod_resources);
                 r = broker_client_get_devices(p);
                 if (r < 0)
                         log_warning_errno(r, "Failed to ask for the devices of %s, ignoring: %m", name);
@@ -255,6 +257,8 @@ static int on_resources_changed(sd_bus_message *msg, void *userdata, sd_bus_erro
                         break;
                 if (++n > GRPCD_RESOURCES_MAX)
                         goto relist;
+                if (n == 1 && m->pod_resources)
+                        (void) pod_resources_refresh_policy(m->pod_resources);
                 p = manager_find_plugin(m, name);
                 if (!p) {
                         /* A resource appeared (or one we never knew went away). */
@@ -412,6 +416,8 @@ int broker_client_get_devices(Plugin *p) {
 }
 
 typedef struct Forward {
+        Manager *manager;               /* for a call deferred until reconciled */
+        sd_bus_message *req;            /* the deferred call */
         GrpcCall *call;
         BrokerForwardKind kind;
         size_t n_containers;
@@ -424,6 +430,7 @@ static void forward_free(void *userdata) {
         if (!f)
                 return;
         grpc_call_unref(f->call);
+        sd_bus_message_unref(f->req);
         free(f);
 }
 
@@ -489,10 +496,12 @@ static int on_forward_reply(sd_bus_message *reply, void *userdata, sd_bus_error 
         return 0;
 }
 
+static int forward_send(Manager *m, sd_bus_message *req, Forward *f);
+static void on_forward_synced(int result, void *userdata);
+
 int broker_client_forward(Plugin *p, GrpcCall *call, BrokerForwardKind kind,
                           const uint8_t *msg, size_t len) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *req = NULL;
-        _cleanup_(sd_bus_slot_unrefp) sd_bus_slot *slot = NULL;
         Manager *m = p->manager;
         const char *reason = NULL;
         size_t n_containers = 0;
@@ -542,6 +551,37 @@ int broker_client_forward(Plugin *p, GrpcCall *call, BrokerForwardKind kind,
                 .timeout_ms = (uint32_t) (broker_timeout_usec(m) / 1000),
         };
 
+        /* An answer that depends on who holds the devices now (shared resources): ask the
+         * kubelet first, so that the broker decides on live data (podresources.c). */
+        if (kind != BROKER_FORWARD_PRESTART && m->pod_resources &&
+            strv_contains(m->holder_dependent, p->resource)) {
+                f->manager = m;
+                f->req = sd_bus_message_ref(req);
+                r = pod_resources_sync(m->pod_resources, on_forward_synced, f);
+                if (r >= 0)
+                        return 0;
+                f->req = sd_bus_message_unref(f->req);
+                log_debug_errno(r, "Cannot reconcile before %s, asking the broker anyway: %m",
+                                forward_member[kind]);
+        }
+        return forward_send(m, req, f);
+
+internal:
+        log_debug_errno(r, "Failed to build the %s call: %m", forward_member[kind]);
+        return grpc_call_finish(call, GRPC_STATUS_INTERNAL, "internal error building the broker call");
+}
+
+static int forward_send(Manager *m, sd_bus_message *req, Forward *f) {
+        _cleanup_(sd_bus_slot_unrefp) sd_bus_slot *slot = NULL;
+        GrpcCall *call = f->call;
+        BrokerForwardKind kind = f->kind;
+        int r;
+
+        if (!m->broker_present) {
+                r = grpc_call_finish(call, GRPC_STATUS_UNAVAILABLE, "kgpu-brokerd (io.kgpu.Broker1) is not running");
+                forward_free(f);
+                return r;
+        }
         r = sd_bus_call_async(m->bus, &slot, req, on_forward_reply, f, broker_timeout_usec(m));
         if (r < 0) {
                 forward_free(f);
@@ -556,8 +596,23 @@ int broker_client_forward(Plugin *p, GrpcCall *call, BrokerForwardKind kind,
                 /* Unlikely; the slot is then dropped with our reference and the call with it. */
                 return grpc_call_finish(call, GRPC_STATUS_INTERNAL, "internal error");
         return 0;
+}
 
-internal:
-        log_debug_errno(r, "Failed to build the %s call: %m", forward_member[kind]);
-        return grpc_call_finish(call, GRPC_STATUS_INTERNAL, "internal error building the broker call");
+static void on_forward_synced(int result, void *userdata) {
+        Forward *f = userdata;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *req = TAKE_PTR(f->req);
+
+        if (result == -ECANCELED) {     /* shutting down */
+                (void) grpc_call_finish(f->call, GRPC_STATUS_UNAVAILABLE, "kgpu-grpcd is stopping");
+                forward_free(f);
+                return;
+        }
+        if (result < 0)
+                log_debug("Reconciliation before %s failed (%s), asking the broker anyway.",
+                          forward_member[f->kind], strerror(-result));
+        if (!grpc_call_is_open(f->call)) {
+                forward_free(f);
+                return;
+        }
+        (void) forward_send(f->manager, req, f);
 }

@@ -33,6 +33,10 @@ int pod_resources_client_start(PodResourcesClient *c);
  * this call ends. */
 int pod_resources_sync(PodResourcesClient *c, PodResourcesDone done, void *userdata);
 
+/* Reads Broker1.HolderDependentResources into Manager.holder_dependent (asynchronously);
+ * Allocate and GetPreferredAllocation of those resources wait for a round first. */
+int pod_resources_refresh_policy(PodResourcesClient *c);
+
 /* Counters for tests and status. */
 uint64_t pod_resources_rounds_ok(const PodResourcesClient *c);
 uint64_t pod_resources_rounds_failed(const PodResourcesClient *c);
