@@ -19,6 +19,7 @@
 #include "common/daemon.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "daemons/probe/reload.h"
 #include "daemons/probe/manager.h"
 #include "daemons/probe/probe-dbus.h"
 
@@ -40,6 +41,7 @@ static int run(int argc, char *argv[]) {
         _cleanup_(manager_freep) Manager *m = NULL;
         _cleanup_(config_freep) Config *config = NULL;
         _cleanup_(daemon_args_done) DaemonArgs args = {};
+        ProbeReload reload = {};
         sigset_t ss;
         int r;
 
@@ -81,6 +83,10 @@ static int run(int argc, char *argv[]) {
                 r = sd_event_add_signal(m->event, NULL, SIGINT, NULL, NULL);
         if (r < 0)
                 return log_error_errno(r, "Failed to watch signals: %m");
+        reload = (ProbeReload) { .manager = m, .args = &args };
+        r = probe_reload_watch_sighup(&reload);
+        if (r < 0)
+                return log_error_errno(r, "Failed to handle SIGHUP: %m");
 
         r = manager_start(m);
         if (r < 0)

@@ -11,7 +11,9 @@
 # keeps running; Broker1.Reload back to the original file restores the plain ids, and
 # again with the same file announces nothing; Reload from another user is denied.
 # grpcd: SIGHUP re-reads the file and reconciles at once (a PodResources List); an invalid
-# file is logged with its key and refused, grpcd keeps serving.
+# file is logged with its key and refused, grpcd keeps serving. probe: SIGHUP applies
+# intel.memoryReserved (the NFD label memory.max drops by it per GPU); a bad byte count is
+# refused and changes nothing.
 
 import signal
 import time
@@ -30,6 +32,14 @@ def write_config(node, extra):
 def reload(node, user=None):
     return node.busctl('call', harness.BROKER_BUS, harness.BROKER_PATH, harness.BROKER_BUS, 'Reload',
                        user=user, check=False)
+
+
+def memory_max(node):
+    with open(node.feature_file) as f:
+        for line in f:
+            if line.startswith('gpu.intel.com/memory.max='):
+                return int(line.split('=', 1)[1])
+    return None
 
 
 def ids(devs):
@@ -101,6 +111,19 @@ def run(node):
                                 'grpcd did not refuse'), 5, what='grpcd refusal')
     check(grpcd.alive(), 'grpcd died on an invalid config at SIGHUP')
     xe.allocate([xe_before[0]['id']])
+
+    # probe: SIGHUP applies intel.memoryReserved (labels rewritten); a bad value is refused
+    probe = node.daemons['probe']
+    before = memory_max(node)
+    write_config(node, 'intel:\n  memoryReserved: 1073741824\n')
+    probe.send_signal(signal.SIGHUP)
+    node.wait_for(lambda: check(memory_max(node) == before - 2 * 1073741824,
+                                'memory.max %r, was %r' % (memory_max(node), before)), 5, what='probe reload')
+    write_config(node, 'intel:\n  memoryReserved: lots\n')
+    probe.send_signal(signal.SIGHUP)
+    node.wait_for(lambda: check('Refusing to reload' in probe.log_text(), 'probe did not refuse'), 5,
+                  what='probe refusal')
+    check(probe.alive() and memory_max(node) == before - 2 * 1073741824, 'probe changed by a refused reload')
 
 
 if __name__ == '__main__':
