@@ -29,6 +29,7 @@ UNITS = ['kgpu-probed.service', 'kgpu-brokerd.service', 'kgpu-grpcd.service']
 THRESHOLDS = {'kgpu-grpcd.service': 1.5, 'kgpu-brokerd.service': 1.5, 'kgpu-probed.service': 4.0}
 # Layout two-gpus: resource -> GPU id.
 TWO_GPUS = {'gpu.intel.com/i915': '0000:03:00.0', 'gpu.intel.com/xe': '0000:04:00.0'}
+WATCHDOG_SEC = 2
 
 failures = []
 T0 = time.monotonic()
@@ -84,6 +85,11 @@ def install_testbed():
     shutil.copy(os.path.join(PAYLOAD, 'kgpu-testbed.service'), '/etc/systemd/system/')
     shutil.copy(os.path.join(PAYLOAD, 'probe-testbed.conf'),
                 '/etc/systemd/system/kgpu-probed.service.d/testbed.conf')
+    # A short watchdog, so that a daemon that does not ping is killed within the test.
+    for u in UNITS:
+        os.makedirs('/etc/systemd/system/%s.d' % u, exist_ok=True)
+        with open('/etc/systemd/system/%s.d/watchdog.conf' % u, 'w') as f:
+            f.write('[Service]\nWatchdogSec=%ds\n' % WATCHDOG_SEC)
 
 
 def allocations():
@@ -212,7 +218,9 @@ def main():
     before = allocations()
     check(before is not None and len(before) == 1, 'kgpuctl allocations shows the allocation', repr(before))
 
-    for action, unit in (('reload', 'kgpu-brokerd.service'), ('restart', 'kgpu-brokerd.service')):
+    # (kgpu-probed does not handle SIGHUP yet: reloading it would stop it.)
+    for action, unit in (('reload', 'kgpu-brokerd.service'), ('reload', 'kgpu-grpcd.service'),
+                         ('restart', 'kgpu-brokerd.service')):
         pid = unit_prop(unit, 'MainPID')
         p = sh('systemctl', action, unit, check_rc=False, timeout=60)
         check(p.returncode == 0, 'systemctl %s %s' % (action, unit), p.stderr)
@@ -223,7 +231,7 @@ def main():
         after = allocations()
         check(after == before, 'allocations kept across systemctl %s %s' % (action, unit),
               '%r -> %r' % (before, after))
-    # Allocate still answered after the broker restart.
+    # Allocate still answered after the reloads and the broker restart.
     try:
         ans = cl.allocate([gpu])
         check(len(ans['devices']) == 2, 'Allocate answered after the broker restart', repr(ans))
@@ -240,6 +248,17 @@ def main():
           'D-Bus activation: a read of io.kgpu.Broker1 started kgpu-brokerd.service', p.stdout + p.stderr)
     after = allocations()
     check(after == before, 'allocations kept across stop and D-Bus activation', '%r -> %r' % (before, after))
+
+    # --- watchdog: every daemon pings (else systemd kills it after WATCHDOG_SEC) ------
+    pids = {u: unit_prop(u, 'MainPID') for u in UNITS}
+    time.sleep(WATCHDOG_SEC * 1.5)
+    for u in UNITS:
+        check(unit_prop(u, 'ActiveState') == 'active' and unit_prop(u, 'MainPID') == pids[u]
+              and unit_prop(u, 'NRestarts') == '0' and unit_prop(u, 'WatchdogUSec') == '%ds' % WATCHDOG_SEC,
+              '%s pings its watchdog (WatchdogSec=%ds, still the same process, no restarts)' % (u, WATCHDOG_SEC),
+              'state %s pid %s -> %s restarts %s watchdog %s' % (
+                  unit_prop(u, 'ActiveState'), pids[u], unit_prop(u, 'MainPID'), unit_prop(u, 'NRestarts'),
+                  unit_prop(u, 'WatchdogUSec')))
 
     # --- unit checks -----------------------------------------------------------------
     files = ['/lib/systemd/system/%s' % u for u in UNITS + ['kgpu.target']]
