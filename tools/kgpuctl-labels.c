@@ -26,6 +26,11 @@
 
 #define LABELS_FILE_MAX (1024 * 1024)
 
+typedef struct Label {
+        const char *name;
+        const char *value;
+} Label;
+
 static int read_bounded(const char *path, char **ret) {
         _cleanup_close_ int fd = -EBADF;
         _cleanup_free_ char *buf = NULL;
@@ -60,6 +65,7 @@ static int read_bounded(const char *path, char **ret) {
 
 int ctl_labels(Ctl *c, int argc, char **argv) {
         _cleanup_free_ char *text = NULL;
+        _cleanup_free_ Label *labels = NULL;
         const char *path;
         unsigned n = 0, lineno = 0;
         int r;
@@ -92,8 +98,10 @@ int ctl_labels(Ctl *c, int argc, char **argv) {
                 return r;
         }
 
-        if (c->json)
-                printf("{");
+        /* Validate every line before printing anything: no partial output on error. */
+        labels = calloc(strlen(text) / 2 + 1, sizeof(Label));     /* a label takes >= 2 bytes */
+        if (!labels)
+                return -ENOMEM;
         for (char *line = text, *next; line && *line; line = next) {
                 char *eq;
 
@@ -105,23 +113,27 @@ int ctl_labels(Ctl *c, int argc, char **argv) {
                         continue;
                 eq = strchr(line, '=');
                 if (!eq || eq == line) {
-                        if (c->json)
-                                printf("}\n");
                         fprintf(stderr, "%s:%u: expected name=value, got '%.64s'.\n", path, lineno, line);
                         return -EBADMSG;
                 }
                 *eq = 0;
-                if (c->json) {
-                        printf("%s", n ? "," : "");
-                        ctl_json_string(line);
-                        printf(":");
-                        ctl_json_string(eq + 1);
-                } else {
-                        if (n == 0)
-                                printf("%-50s %s\n", "LABEL", "VALUE");
-                        printf("%-50s %s\n", line, eq + 1);
-                }
+                labels[n].name = line;
+                labels[n].value = eq + 1;
                 n++;
+        }
+
+        if (c->json)
+                printf("{");
+        else if (n > 0)
+                printf("%-50s %s\n", "LABEL", "VALUE");
+        for (unsigned i = 0; i < n; i++) {
+                if (c->json) {
+                        printf("%s", i ? "," : "");
+                        ctl_json_string(labels[i].name);
+                        printf(":");
+                        ctl_json_string(labels[i].value);
+                } else
+                        printf("%-50s %s\n", labels[i].name, labels[i].value);
         }
         if (c->json)
                 printf("}\n");

@@ -68,8 +68,10 @@ def test_labels(node):
         'labels --json: %r' % p.stdout)
     with open(path, 'a') as f:
         f.write('no-equals-sign\n')
-    p = ctl(node, 'labels', env=env)
-    check(p.returncode != 0 and '%s:4:' % path in p.stderr, 'malformed labels: %r' % p.stderr)
+    for args in (('labels',), ('--json', 'labels')):
+        p = ctl(node, *args, env=env)
+        check(p.returncode != 0 and '%s:4:' % path in p.stderr and p.stdout == '',
+              'malformed labels %r: %r %r' % (args, p.stdout, p.stderr))
     p = ctl(node, 'labels', env={'KGPU_LABELS_FEATURE_FILE': path + '.missing'})
     check(p.returncode != 0 and 'does not exist' in p.stderr, 'missing labels: %r' % p.stderr)
 
