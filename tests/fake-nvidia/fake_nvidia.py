@@ -328,6 +328,51 @@ def mps_control(argv, stdin):
     return "".join(out), 0, st
 
 
+# ---- helpers for tests that drive the fake tools (python integration tests) ----
+
+def test_env(scenario, workdir, lost=None):
+    """Environment variables that point the fake tools at a scenario and at a log and
+    state file in workdir."""
+    env = {"KGPU_FAKE_NVIDIA_SCENARIO": scenario,
+           "KGPU_FAKE_NVIDIA_LOG": os.path.join(workdir, "fake-nvidia.log"),
+           "KGPU_FAKE_NVIDIA_STATE": os.path.join(workdir, "fake-nvidia-state.json")}
+    if lost is not None:
+        env["KGPU_FAKE_NVIDIA_LOST"] = ",".join(str(i) for i in lost)
+    return env
+
+
+def read_commands(workdir):
+    """The logged commands, one string per line (see the module docstring)."""
+    try:
+        with open(os.path.join(workdir, "fake-nvidia.log")) as f:
+            return f.read().splitlines()
+    except FileNotFoundError:
+        return []
+
+
+def read_state(workdir):
+    try:
+        with open(os.path.join(workdir, "fake-nvidia-state.json")) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return {}
+    return json.loads(text) if text.strip() else {}
+
+
+def set_lost(workdir, indices):
+    """Marks GPUs lost (or none, with []) for every later command, as a health test needs."""
+    path = os.path.join(workdir, "fake-nvidia-state.json")
+    with open(path, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        text = f.read()
+        data = json.loads(text) if text.strip() else {}
+        data["lost"] = sorted(indices)
+        f.seek(0)
+        f.truncate()
+        json.dump(data, f, indent=1, sort_keys=True)
+
+
 def main(tool):
     delay = os.environ.get("KGPU_FAKE_NVIDIA_DELAY")
     st = None
