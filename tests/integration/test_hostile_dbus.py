@@ -8,13 +8,13 @@
 #  - each bad call fails with the error name in the table below (never a timeout, never
 #    a crash), the daemons stay up and keep serving (ListResources, GetDevices,
 #    GetManagedObjects), and no failed call left an allocation behind;
-#  - uid nobody and uid kgpu-broker are refused Allocate, PreStartContainer and Reconcile
-#    by the policy (org.freedesktop.DBus.Error.AccessDenied), nobody and kgpu are
+#  - uid nobody and uid kgpu-broker are refused Allocate, PreStartContainer, Reconcile and
+#    Reload by the policy (org.freedesktop.DBus.Error.AccessDenied), nobody and kgpu are
 #    refused Probe1.Rescan; reads (ListResources) work for nobody;
 # and on a second node whose bus config allows every call (a mandatory allow-all
 # policy), so that only the daemons' own uid checks stand:
 #  - uids nobody and daemon get io.kgpu.Error.AccessDenied from the broker itself for
-#    the three mutations, nobody and kgpu from the probe for Rescan; root (Allocate) and
+#    the four mutations, nobody and kgpu from the probe for Rescan; root (Allocate) and
 #    kgpu-broker (Rescan) still succeed.
 # Calls as other uids go through `setpriv` and this file's --call mode (dbus-python).
 # Needs root (other uids, privilege drop).
@@ -107,7 +107,8 @@ def hostile_calls(node):
             ('PreStartContainer', 'saas', [RES_I915, [[GPU_I915]]]),
             ('Reconcile', 'a(ss)', [[('a', 'b')]]),
             ('ListResources', 's', ['extra']),
-            ('ListAllocations', 'v', [dbus.String('x', variant_level=1)])]:
+            ('ListAllocations', 'v', [dbus.String('x', variant_level=1)]),
+            ('Reload', 's', ['/etc/shadow'])]:
         expect_error(call(a, *BROKER, method, sig, args), INVALID_ARGS,
                      'Broker1.%s(%s)' % (method, sig or 'no args'))
     expect_error(call(a, *PROBE, 'Rescan', 's', ['now']), INVALID_ARGS, 'Probe1.Rescan(s)')
@@ -190,7 +191,8 @@ def forbidden_by_policy(node):
     for user in ('nobody', harness.BROKER_USER):
         for method, sig, args in [('Allocate', 'saas', [RES_I915, [[GPU_I915]]]),
                                   ('PreStartContainer', 'sas', [RES_I915, [GPU_I915]]),
-                                  ('Reconcile', 'a(sassss)', [[]])]:
+                                  ('Reconcile', 'a(sassss)', [[]]),
+                                  ('Reload', '', [])]:
             expect_error(call_as(node, user, *BROKER, method, sig, args), BUS_DENIED,
                          'Broker1.%s as %s (policy)' % (method, user))
     for user in ('nobody', harness.GRPC_USER):
@@ -207,7 +209,8 @@ def forbidden_by_daemon():
         for user in ('nobody', 'daemon'):
             for method, sig, args in [('Allocate', 'saas', [RES_I915, [[GPU_I915]]]),
                                       ('PreStartContainer', 'sas', [RES_I915, [GPU_I915]]),
-                                      ('Reconcile', 'a(sassss)', [[]])]:
+                                      ('Reconcile', 'a(sassss)', [[]]),
+                                      ('Reload', '', [])]:
                 expect_error(call_as(n2, user, *BROKER, method, sig, args), KGPU_DENIED,
                              'Broker1.%s as %s (daemon)' % (method, user))
         for user in ('nobody', harness.GRPC_USER):
