@@ -101,14 +101,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
 
         /* Overflow check of the total with hostile halves. */
-        if (size >= 12) {
-                uint64_t per_tile;
+        if (size >= 28) {
+                uint64_t per_tile, override, reserved;
                 uint32_t tiles;
+                Gpu g = {};
 
                 memcpy(&per_tile, data, 8);
                 memcpy(&tiles, data + 8, 4);
+                memcpy(&override, data + 12, 8);
+                memcpy(&reserved, data + 20, 8);
                 uint64_t t = gpu_memory_total(per_tile, tiles);
                 if (t != 0 && (tiles == 0 || t / tiles != per_tile))
+                        abort();
+                /* GPU_MEMORY_RESERVED saturates, GPU_MEMORY_OVERRIDE only for unknown memory. */
+                g.memory_bytes = t;
+                g.memory_known = data[0] & 1;
+                gpu_apply_memory_policy(&g, override, reserved);
+                if (g.memory_known ? g.memory_bytes != (t >= reserved ? t - reserved : 0)
+                                   : g.memory_bytes != override)
                         abort();
         }
         free(s);
