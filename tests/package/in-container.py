@@ -218,9 +218,8 @@ def main():
     before = allocations()
     check(before is not None and len(before) == 1, 'kgpuctl allocations shows the allocation', repr(before))
 
-    # (kgpu-probed does not handle SIGHUP yet: reloading it would stop it.)
-    for action, unit in (('reload', 'kgpu-brokerd.service'), ('reload', 'kgpu-grpcd.service'),
-                         ('restart', 'kgpu-brokerd.service')):
+    for action, unit in (('reload', 'kgpu-probed.service'), ('reload', 'kgpu-brokerd.service'),
+                         ('reload', 'kgpu-grpcd.service'), ('restart', 'kgpu-brokerd.service')):
         pid = unit_prop(unit, 'MainPID')
         p = sh('systemctl', action, unit, check_rc=False, timeout=60)
         check(p.returncode == 0, 'systemctl %s %s' % (action, unit), p.stderr)
