@@ -7,7 +7,8 @@
 # and its holder (namespace/pod/container) is recorded in the state database; one it
 # does not report survives while younger than the grace period and is released after;
 # after a "reboot" (the stored boot ids changed while the broker was down) a restarted
-# broker keeps only what the kubelet reports, young or not; while PodResources does not
+# broker keeps only what the kubelet reports, young or not; a PodResources reply with an
+# empty pod name or an over-long device id releases nothing; while PodResources does not
 # answer nothing is released; Reconcile is refused to other users (policy and broker).
 
 import os
@@ -107,6 +108,16 @@ def run(node):
                     'Reconcile', 'a(sassss)', '1', RES_I915, '1', 'x', 'ns', '', 'c', check=False)
     check(r.returncode != 0 and b'Pod name' in r.stderr, 'empty pod name accepted: %r' % (r.stderr,))
     check(set(ids_of(node)) == {xe_id}, 'a refused Reconcile changed something')
+
+    # a reply with an invalid name (empty pod name) or an over-long device id: nothing
+    # released, grpcd says why
+    for bad in [('', 'ns', [('c', [(RES_I915, [GPU_I915])])]),
+                ('p', 'ns', [('c', [(RES_I915, ['x' * 300])])])]:
+        node.kubelet.set_pods([bad])
+        wait_rounds(node, 1)
+        check(set(ids_of(node)) == {xe_id}, 'released on a malformed PodResources reply: %r' % ids_of(node))
+    node.wait_for(lambda: check('has an invalid name or device id' in node.daemons['grpc'].log_text(),
+                                'malformed reply not logged'), 3, what='malformed reply log')
 
     # PodResources unreachable: nothing released, however old
     node.kubelet._pr_server.stop(0).wait(2)
