@@ -236,6 +236,12 @@ def main():
         check(len(ans['devices']) == 2, 'Allocate answered after the broker restart', repr(ans))
     except Exception as e:
         check(False, 'Allocate answered after the broker restart', repr(e))
+    # grpcd (user kgpu) reaches the PodResources socket the "kubelet" (root) created:
+    # the default ACL of /var/lib/kubelet/pod-resources.
+    acl = sh('getfacl', '-p', POD_RESOURCES, check_rc=False).stdout
+    check('group:kgpu:rw' in acl, 'default ACL gives kgpu rw on the kubelet\'s PodResources socket', acl)
+    check(wait(lambda: sim.list_calls > 0, 35, 'PodResources List'),
+          'grpcd called PodResources List (%d calls)' % sim.list_calls)
     sim.stop()
     before = allocations()      # with the one just made
 
