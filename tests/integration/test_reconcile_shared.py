@@ -6,13 +6,14 @@
 # both Intel resources in HolderDependentResources; every Allocate and
 # GetPreferredAllocation of them makes grpcd ask the kubelet's PodResources first (one
 # List per call); an allocation whose pod is gone is released by the reconciliation
-# that precedes the next Allocate, before that one is recorded; with sharedDevNum 1
+# that precedes the next Allocate, before that one is recorded; with PodResources down
+# the Allocate still goes through within 2 s; with sharedDevNum 1
 # the property is empty and Allocate asks the kubelet nothing.
 
 import time
 
 import harness
-from harness import check, RES_I915, RES_XE, GPU_I915
+from harness import check, RES_I915, RES_XE, GPU_I915, GPU_XE
 
 ENV = {'KGPU_RECONCILE_INTERVAL_SEC': '0', 'KGPU_RECONCILE_GRACE_SEC': '0'}
 
@@ -48,6 +49,13 @@ def run(node):
     i915.allocate([a])
     ids = [x[0] for x in node.list_allocations()]
     check(first not in ids and len(ids) == 2, 'p1 not released before the Allocate: %r' % ids)
+
+    # PodResources down: the Allocate of a shared resource still goes through, promptly
+    node.kubelet._pr_server.stop(0).wait(2)
+    t0 = time.monotonic()
+    node.kubelet.plugin(RES_XE).allocate([GPU_XE + '-0'])
+    check(time.monotonic() - t0 < 2.0, 'Allocate with PodResources down took %.1f s' % (time.monotonic() - t0))
+    node.kubelet._start_pod_resources()
 
     # unshared: nothing to ask (the reconciliation when the broker comes back, with no pod
     # reported, releases everything)
