@@ -3,7 +3,7 @@
 # build-packages.sh — builds the .deb and/or .rpm of the working tree into OUTDIR.
 #
 # Contract: `build-packages.sh deb|rpm SRCDIR OUTDIR`. The tracked and untracked (not
-# ignored) files of SRCDIR are copied to a scratch tree, so what is tested is the
+# ignored) files of SRCDIR (outside git: all but build*/) are copied to a scratch tree, so what is tested is the
 # working tree, not the last commit. Results are cached: OUTDIR/<kind>-<hash>/ keeps
 # the packages of a tree whose content hash is <hash>; the script prints that
 # directory. Concurrent callers serialise on OUTDIR/.lock-<kind>. Build logs go to
@@ -15,7 +15,12 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
 # Content hash of every file that goes into the package build.
-files=$(cd "$src" && git ls-files --cached --others --exclude-standard -z | xargs -0 -n1 sh -c 'test -f "$0" && echo "$0"' | LC_ALL=C sort)
+# Outside a git checkout (a release tarball): every file but build directories.
+if git -C "$src" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+        files=$(cd "$src" && git ls-files --cached --others --exclude-standard -z | xargs -0 -n1 sh -c 'test -f "$0" && echo "$0"' | LC_ALL=C sort)
+else
+        files=$(cd "$src" && find . -type f ! -path './build*' ! -path './obj-*' ! -path './debian/*' | sed 's|^\./||' | LC_ALL=C sort)
+fi
 hash=$(cd "$src" && printf '%s\n' "$files" | tr '\n' '\0' | xargs -0 sha256sum | sha256sum | cut -c1-16)
 dest=$out/$kind-$hash
 log=$out/$kind-$hash.log
