@@ -3,10 +3,10 @@
 # build-packages.sh — builds the .deb and/or .rpm of the working tree into OUTDIR.
 #
 # Contract: `build-packages.sh deb|rpm SRCDIR OUTDIR`. The tracked and untracked (not
-# ignored) files of SRCDIR (outside git: all but build*/) are copied to a scratch tree, so what is tested is the
-# working tree, not the last commit. Results are cached: OUTDIR/<kind>-<hash>/ keeps
-# the packages of a tree whose content hash is <hash>; the script prints that
-# directory. Concurrent callers serialise on OUTDIR/.lock-<kind>. Build logs go to
+# ignored) files of SRCDIR (outside git: all but build*/) are copied to a scratch
+# tree, so what is tested is the working tree, not the last commit. Results are
+# cached: OUTDIR/<kind>-<hash>/ keeps the packages of a tree whose content hash is
+# <hash> (only the newest of each kind is kept); the script prints that directory. Concurrent callers serialise on OUTDIR/.lock-<kind>. Build logs go to
 # OUTDIR/<kind>-<hash>.log; on failure its tail is printed and the exit status is 1.
 set -eu
 
@@ -73,4 +73,8 @@ rpm)
 esac
 rm -rf "$out/$kind-tree"
 touch "$dest/.done"
+# Keep only the newest packages of each kind.
+for d in "$out/$kind"-*; do
+        [ "$d" = "$dest" ] || [ "$d" = "$log" ] || rm -rf "$d"
+done
 echo "$dest"
