@@ -6,7 +6,8 @@
 # ignored) files of SRCDIR (outside git: all but build*/) are copied to a scratch
 # tree, so what is tested is the working tree, not the last commit. Results are
 # cached: OUTDIR/<kind>-<hash>/ keeps the packages of a tree whose content hash is
-# <hash> (only the newest of each kind is kept); the script prints that directory. Concurrent callers serialise on OUTDIR/.lock-<kind>. Build logs go to
+# <hash> (only the newest of each kind is kept); the script prints that directory.
+# Concurrent callers serialise on OUTDIR/.lock-<kind>. Build logs go to
 # OUTDIR/<kind>-<hash>.log; on failure its tail is printed and the exit status is 1.
 set -eu
 
