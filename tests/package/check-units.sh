@@ -31,7 +31,11 @@ for spec in kgpu-grpcd:1.5 kgpu-brokerd:1.5 kgpu-probed:4.0; do
         fi
 done
 
-command -v dpkg-buildpackage >/dev/null || { echo "SKIP: no dpkg-buildpackage for verify"; exit $([ $fail = 0 ] && echo 77 || echo 1); }
+if ! command -v dpkg-buildpackage >/dev/null; then
+        echo "SKIP: no dpkg-buildpackage for verify"
+        [ $fail = 0 ] && exit 77
+        exit 1
+fi
 debdir=$("$src/tests/package/build-packages.sh" deb "$src" "$build/tests/package/pkg-out")
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
@@ -46,7 +50,7 @@ done
 err=$(cd "$root" && systemd-analyze verify --root="$root" --man=no \
         lib/systemd/system/kgpu-probed.service lib/systemd/system/kgpu-brokerd.service \
         lib/systemd/system/kgpu-grpcd.service lib/systemd/system/kgpu.target 2>&1 >/dev/null) && rc=0 || rc=$?
-if [ $rc != 0 ] || [ -n "$err" ]; then
+if [ "$rc" != 0 ] || [ -n "$err" ]; then
         echo "FAIL: systemd-analyze verify (exit $rc):"; printf '%s\n' "$err"
         fail=1
 else

@@ -35,7 +35,9 @@ t2=$(date +%s)
 echo "root: $root ($((t1 - t0)) s), packages: $debdir ($((t2 - t1)) s)"
 
 work=$(mktemp -d /var/tmp/kgpu-pkgtest.XXXXXX)
-cleanup() { [ "${KGPU_PKGTEST_KEEP:-0}" = 1 ] && echo "kept $work" || rm -rf "$work"; }
+cleanup() {
+        if [ "${KGPU_PKGTEST_KEEP:-0}" = 1 ]; then echo "kept $work"; else rm -rf "$work"; fi
+}
 trap cleanup EXIT
 payload=$work/payload results=$work/results
 mkdir -p "$payload/proto" "$results"
