@@ -34,11 +34,14 @@ for _ in $(seq 50); do [ -S "$tmp/bus" ] && break; sleep 0.1; done
 
 probe_env=()
 if [ $sim = 1 ]; then
+        # Simulated GPUs: keep their labels and CDI spec out of the real /etc and /run.
+        probe_env+=(KGPU_LABELS_FEATURE_FILE="$tmp/features.d/kgpu" KGPU_CDI_SPEC_DIRECTORY="$tmp/cdi")
+        mkdir -p "$tmp/features.d" "$tmp/cdi"
         mkfifo "$tmp/testbed.in"
         "$build/tests/testbed/kgpu-testbed" two-gpus <"$tmp/testbed.in" >"$tmp/testbed.out" & pids+=($!)
         exec 3>"$tmp/testbed.in"
         for _ in $(seq 50); do grep -q '^ready' "$tmp/testbed.out" 2>/dev/null && break; sleep 0.1; done
-        probe_env=(LD_PRELOAD=libumockdev-preload.so.0 "$(grep '^UMOCKDEV_DIR=' "$tmp/testbed.out")")
+        probe_env+=(LD_PRELOAD=libumockdev-preload.so.0 "$(grep '^UMOCKDEV_DIR=' "$tmp/testbed.out")")
 fi
 
 # Root is needed for the probe; the others drop to kgpu-broker/kgpu when started as root
@@ -58,6 +61,7 @@ kgpu is running. In another shell:
   $build/tools/kgpuctl status
   $build/tools/kgpuctl devices
   $build/tools/kgpuctl resources
+  ${probe_env[0]:-}${probe_env[0]:+ }$build/tools/kgpuctl labels
   busctl tree io.kgpu.Probe1
   ls -l $dp        # one socket per resource; a kubelet would create kubelet.sock here
 Ctrl-C stops everything.
