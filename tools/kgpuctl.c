@@ -54,19 +54,6 @@ int ctl_call_failed(const char *what, const char *daemon, const sd_bus_error *e,
         return r < 0 ? r : -EIO;
 }
 
-void ctl_json_string(const char *s) {
-        putchar('"');
-        for (const unsigned char *p = (const unsigned char *) (s ?: ""); *p; p++) {
-                if (*p == '"' || *p == '\\')
-                        printf("\\%c", *p);
-                else if (*p < 0x20)
-                        printf("\\u%04x", *p);
-                else
-                        putchar(*p);
-        }
-        putchar('"');
-}
-
 static void help(void) {
         printf("kgpuctl [OPTIONS] COMMAND\n\n"
                "Inspect the kgpu GPU device plugin.\n\n"
