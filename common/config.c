@@ -211,6 +211,13 @@ static int option_set(Config *c, const ConfigOption *o, const char *value, const
                         *ret_why = "expected an absolute path";
                         return -EINVAL;
                 }
+                /* A path with a default cannot be unset, the daemon would run without it;
+                 * except the generated files, where empty means "do not write". */
+                if (isempty(value) && o->def &&
+                    !streq(o->key, "labels.featureFile") && !streq(o->key, "cdi.specDirectory")) {
+                        *ret_why = "expected an absolute path, not an empty value";
+                        return -EINVAL;
+                }
                 _fallthrough_;
         case OPTION_STRING:
                 if (free_and_strdup((char **) p, isempty(value) ? NULL : value) < 0)

@@ -7,8 +7,8 @@
 # is read before anything else): the daemon exits 1 within 10 s (no hang, no crash, no
 # signal) and logs one error naming the file, the line and the key where there is one.
 # Also: the broker refuses an intel.allowIDs list of 5000 ids and a non-hex id (bounded
-# and validated where it is used), and an empty stateDirectory leaves it refusing every
-# allocation rather than guessing a directory.
+# and validated where it is used), and an empty stateDirectory is refused up front
+# (exit 1) rather than leaving the broker without a store.
 
 import os
 import subprocess
@@ -88,15 +88,15 @@ def main():
                   'broker with allowIDs %s: exit %d:\n%s' % (name, rc, out[-1000:]))
             print('%-14s broker exits 1: Invalid intel.allowIDs or intel.denyIDs' % name)
 
-        # An empty stateDirectory unsets it: the broker must refuse to use any store.
+        # An empty stateDirectory would leave the broker without a store: refused up front.
         f = os.path.join(tmp, 'empty-state.yaml')
         with open(f, 'w') as fp:
             fp.write('stateDirectory: ""\n')
         os.chmod(f, 0o644)
         rc, out = start(bins['kgpu-brokerd'], 'kgpu-brokerd', f)
-        check('State database unusable' in out and 'state directory must be an absolute path' in out,
-              'broker with an empty stateDirectory did not refuse its store:\n%s' % out[-2000:])
-        print('%-14s broker refuses its store: state directory must be an absolute path' % 'empty-state')
+        check(rc == 1 and "%s:1: stateDirectory: expected an absolute path, not an empty value, got ''" % f in out,
+              'broker with an empty stateDirectory: exit %d:\n%s' % (rc, out[-2000:]))
+        print('%-14s broker exits 1: stateDirectory: expected an absolute path, not an empty value' % 'empty-state')
 
 
 if __name__ == '__main__':

@@ -128,6 +128,21 @@ START_TEST(test_errors) {
         expect_error("intel: {\n", "kgpu.yaml:2: YAML syntax error");
         expect_error("- a\n- b\n", "kgpu.yaml:1: expected a mapping");
         expect_error("intel:\n  enabled: perhaps\n", "intel.enabled: expected a boolean");
+        expect_error("stateDirectory: \"\"\n", "kgpu.yaml:1: stateDirectory: expected an absolute path, not an empty value, got ''");
+        expect_error("stateDirectory:\n", "stateDirectory: expected an absolute path, not an empty value");
+        expect_error("kubelet:\n  devicePluginPath: ''\n", "kubelet.devicePluginPath: expected an absolute path, not an empty value");
+}
+END_TEST
+
+START_TEST(test_empty_disables_outputs) {
+        _cleanup_(config_freep) Config *c = NULL;
+        _cleanup_free_ char *err = NULL;
+
+        clear_env();
+        c = load("labels:\n  featureFile: \"\"\ncdi:\n  specDirectory: \"\"\n", NULL, 0, &err);
+        ck_assert_msg(c, "error: %s", err);
+        ck_assert_ptr_null(c->labels_feature_file);
+        ck_assert_ptr_null(c->cdi_spec_directory);
 }
 END_TEST
 
@@ -208,6 +223,7 @@ int main(void) {
         tcase_add_test(tc, test_systemd_directories);
         tcase_add_test(tc, test_errors);
         tcase_add_test(tc, test_env_and_flag_errors);
+        tcase_add_test(tc, test_empty_disables_outputs);
         tcase_add_test(tc, test_files);
         tcase_add_test(tc, test_getopt_table);
         suite_add_tcase(s, tc);
