@@ -22,39 +22,9 @@
 #include "daemons/probe/outputs.h"
 #include "daemons/probe/udev-scan.h"
 
-#include <umockdev.h>
+#include "tests/unit/probe-testbed.h"
 
 #define GIB (UINT64_C(1) << 30)
-
-static inline void udev_unrefp(struct udev **u) {
-        if (*u)
-                udev_unref(*u);
-}
-static inline void gpus_freep(Gpu ***l) {
-        udev_scan_gpus_free(*l);
-}
-
-static UMockdevTestbed *testbed_load(const char *layout) {
-        g_autoptr(GError) error = NULL;
-        g_autofree char *path = NULL, *contents = NULL;
-        g_auto(GStrv) lines = NULL;
-        g_autoptr(GString) text = g_string_new(NULL);
-        UMockdevTestbed *tb;
-        const char *src = getenv("KGPU_SOURCE_ROOT");
-
-        ck_assert_ptr_nonnull(src);
-        path = g_strdup_printf("%s/tests/data/testbeds/%s.umockdev", src, layout);
-        ck_assert_msg(g_file_get_contents(path, &contents, NULL, &error), "%s", path);
-        lines = g_strsplit(contents, "\n", -1);
-        for (size_t i = 0; lines[i]; i++)
-                if (lines[i][0] != '#')
-                        g_string_append_printf(text, "%s\n", lines[i]);
-        tb = umockdev_testbed_new();
-        ck_assert_ptr_nonnull(tb);
-        ck_assert_msg(umockdev_testbed_add_from_string(tb, g_strstrip(text->str), &error), "%s",
-                      error ? error->message : "?");
-        return tb;
-}
 
 /* Compares a label list with the expected lines; prints both on mismatch. */
 static void check_labels(char **got, const char * const *want) {
