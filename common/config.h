@@ -16,6 +16,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <getopt.h>
 
@@ -35,6 +36,48 @@ typedef enum ConfigByPath {
         BY_PATH_ALL,                    /* the whole /dev/dri/by-path directory, read-only */
         BY_PATH_NONE,
 } ConfigByPath;
+
+/* flags.migStrategy (the NVIDIA plugin's -mig-strategy, MIG_STRATEGY). */
+typedef enum ConfigMigStrategy {
+        MIG_STRATEGY_NONE,              /* every GPU is one nvidia.com/gpu, MIG ignored */
+        MIG_STRATEGY_SINGLE,            /* every GPU has MIG on with one profile: its MIG devices are nvidia.com/gpu */
+        MIG_STRATEGY_MIXED,             /* nvidia.com/gpu for non-MIG GPUs, nvidia.com/mig-<profile> per MIG device */
+} ConfigMigStrategy;
+
+/* flags.plugin.deviceIDStrategy (DEVICE_ID_STRATEGY, --device-id-strategy). */
+typedef enum ConfigDeviceIdStrategy {
+        DEVICE_ID_STRATEGY_UUID,        /* GPU-..., MIG-... */
+        DEVICE_ID_STRATEGY_INDEX,       /* "0", MIG: "<gpu index>:<mig device index>" */
+} ConfigDeviceIdStrategy;
+
+/* flags.plugin.deviceListStrategy: a set (the NVIDIA plugin accepts one value or a list). */
+#define DEVICE_LIST_STRATEGY_ENVVAR          (1U << 0)  /* NVIDIA_VISIBLE_DEVICES=<ids> */
+#define DEVICE_LIST_STRATEGY_VOLUME_MOUNTS   (1U << 1)  /* /dev/null mounted at /var/run/nvidia-container-devices/<id> */
+#define DEVICE_LIST_STRATEGY_CDI_ANNOTATIONS (1U << 2)  /* <cdiAnnotationPrefix>nvidia-device-plugin_<uid> = nvidia.com/gpu=<id>,... */
+#define DEVICE_LIST_STRATEGY_CDI_CRI         (1U << 3)  /* ContainerAllocateResponse.cdi_devices */
+
+/* replica placement for GetPreferredAllocation of shared (replicated) NVIDIA resources. */
+typedef enum ConfigReplicaPolicy {
+        REPLICA_POLICY_DISTRIBUTED,     /* spread over the GPUs with the fewest replicas in use */
+        REPLICA_POLICY_PACKED,          /* fill the GPU with the most replicas in use first */
+} ConfigReplicaPolicy;
+
+/* One entry of sharing.timeSlicing.resources[] or sharing.mps.resources[]. */
+typedef struct ConfigSharedResource {
+        char *name;             /* "nvidia.com/gpu", "nvidia.com/mig-1g.10gb" (required) */
+        char *rename;           /* NULL: name, or "<name>.shared" with renameByDefault */
+        uint32_t replicas;      /* required, 1..1024 (the NVIDIA plugin refuses < 1) */
+        uint64_t memory_bytes;  /* MPS only (nos fork): memoryGB * 2^30 per replica; 0: GPU memory / replicas */
+        char **devices;         /* NULL: "all"; else GPU indexes ("0"), GPU UUIDs or MIG UUIDs */
+} ConfigSharedResource;
+
+/* sharing.timeSlicing or sharing.mps. */
+typedef struct ConfigSharing {
+        bool rename_by_default;                 /* renameByDefault */
+        bool fail_requests_greater_than_one;    /* failRequestsGreaterThanOne */
+        ConfigSharedResource *resources;        /* resources[] */
+        size_t n_resources;
+} ConfigSharing;
 
 typedef struct Config {
         char *file;                     /* file read, NULL if none */
@@ -76,6 +119,25 @@ typedef struct Config {
         char *intel_memory_reserved;    /* intel.memoryReserved, GPU_MEMORY_RESERVED (bytes, probe parses) */
         uint32_t intel_pci_grouping_level; /* intel.pciGroupingLevel, GPU_PCI_GROUPING_LEVEL (0..64) */
 
+        /* NVIDIA (the NVIDIA device plugin's `version: v1` file, flags and variables). */
+        char *nvidia_config_version;    /* version ("v1"; absent: NULL) */
+        bool nvidia_enabled;            /* nvidia.enabled (default true; no nvidia-smi found = no NVIDIA GPUs) */
+        ConfigMigStrategy nvidia_mig_strategy; /* flags.migStrategy, MIG_STRATEGY, --mig-strategy (default none) */
+        bool nvidia_fail_on_init_error; /* flags.failOnInitError, FAIL_ON_INIT_ERROR, --fail-on-init-error (default true) */
+        char *nvidia_driver_root;       /* flags.nvidiaDriverRoot, NVIDIA_DRIVER_ROOT, --nvidia-driver-root (default /) */
+        bool nvidia_pass_device_specs;  /* flags.plugin.passDeviceSpecs, PASS_DEVICE_SPECS, --pass-device-specs (default false) */
+        uint32_t nvidia_device_list_strategy; /* DEVICE_LIST_STRATEGY_* set; flags.plugin.deviceListStrategy,
+                                               * DEVICE_LIST_STRATEGY, --device-list-strategy (default envvar) */
+        ConfigDeviceIdStrategy nvidia_device_id_strategy; /* flags.plugin.deviceIDStrategy, DEVICE_ID_STRATEGY,
+                                                           * --device-id-strategy (default uuid) */
+        char *nvidia_cdi_annotation_prefix; /* flags.plugin.cdiAnnotationPrefix, CDI_ANNOTATION_PREFIX (default "cdi.k8s.io/") */
+        char *nvidia_smi_path;          /* nvidia.smiPath, KGPU_NVIDIA_SMI (default: found under the driver root) */
+        char *nvidia_mps_control_path;  /* nvidia.mpsControlPath, KGPU_NVIDIA_MPS_CONTROL (default: found likewise) */
+        uint32_t nvidia_health_interval_ms; /* nvidia.healthIntervalMs, KGPU_NVIDIA_HEALTH_INTERVAL_MS (default 10000, 0: no polling) */
+        uint32_t nvidia_health_recover_polls; /* nvidia.healthRecoverPolls (default 3): good polls before Healthy again */
+        ConfigReplicaPolicy nvidia_replica_policy; /* nvidia.replicaPolicy: distributed (default) | packed */
+        ConfigSharing nvidia_time_slicing;      /* sharing.timeSlicing */
+        ConfigSharing nvidia_mps;               /* sharing.mps */
         /* Probe outputs; NULL (empty value) disables. */
         char *labels_feature_file;      /* labels.featureFile, KGPU_LABELS_FEATURE_FILE */
         char *cdi_spec_directory;       /* cdi.specDirectory, KGPU_CDI_SPEC_DIRECTORY (default /var/run/cdi) */
@@ -121,3 +183,11 @@ void config_print_flags_help(void);
 
 const char *config_allocation_policy_to_string(ConfigAllocationPolicy p);
 const char *config_by_path_to_string(ConfigByPath b);
+const char *config_mig_strategy_to_string(ConfigMigStrategy s);
+const char *config_device_id_strategy_to_string(ConfigDeviceIdStrategy s);
+const char *config_replica_policy_to_string(ConfigReplicaPolicy p);
+/* "envvar,cdi-cri" for a DEVICE_LIST_STRATEGY_* set (written into buf). */
+const char *config_device_list_strategy_to_string(uint32_t set, char *buf, size_t size);
+/* The resource name a shared entry is advertised under: rename, else name + ".shared"
+ * when rename_by_default, else name. Static storage is not used: returns a new string. */
+char *config_shared_resource_name(const ConfigSharing *s, const ConfigSharedResource *r);

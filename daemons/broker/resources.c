@@ -32,6 +32,62 @@ void gpu_info_done(GpuInfo *info) {
         info->device_nodes = NULL;
         strv_free(info->by_path_nodes);
         info->by_path_nodes = NULL;
+        info->uuid = mfree(info->uuid);
+        info->product = mfree(info->product);
+        info->compute_mode = mfree(info->compute_mode);
+        info->mig_mode = mfree(info->mig_mode);
+        info->compute_capability = mfree(info->compute_capability);
+        info->mps_state = mfree(info->mps_state);
+        info->mps_pipe_directory = mfree(info->mps_pipe_directory);
+        for (size_t i = 0; i < info->n_mig_devices; i++) {
+                free(info->mig_devices[i].uuid);
+                free(info->mig_devices[i].profile);
+                strv_free(info->mig_devices[i].device_nodes);
+        }
+        info->mig_devices = mfree(info->mig_devices);
+        info->n_mig_devices = 0;
+        for (size_t i = 0; i < info->n_links; i++) {
+                free(info->links[i].peer);
+                free(info->links[i].type);
+        }
+        info->links = mfree(info->links);
+        info->n_links = 0;
+}
+
+static int mig_devices_copy(const GpuInfo *from, GpuInfo *to) {
+        if (from->n_mig_devices == 0)
+                return 0;
+        to->mig_devices = calloc(from->n_mig_devices, sizeof(MigDeviceInfo));
+        if (!to->mig_devices)
+                return -ENOMEM;
+        for (size_t i = 0; i < from->n_mig_devices; i++) {
+                const MigDeviceInfo *f = &from->mig_devices[i];
+                MigDeviceInfo *t = &to->mig_devices[i];
+
+                to->n_mig_devices = i + 1;
+                *t = (MigDeviceInfo) { .index = f->index, .gi = f->gi, .ci = f->ci, .memory_bytes = f->memory_bytes };
+                if (free_and_strdup(&t->uuid, f->uuid ?: "") < 0 ||
+                    free_and_strdup(&t->profile, f->profile ?: "") < 0 ||
+                    !(t->device_nodes = strv_copy(f->device_nodes)))
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+static int links_copy(const GpuInfo *from, GpuInfo *to) {
+        if (from->n_links == 0)
+                return 0;
+        to->links = calloc(from->n_links, sizeof(GpuLinkInfo));
+        if (!to->links)
+                return -ENOMEM;
+        for (size_t i = 0; i < from->n_links; i++) {
+                to->n_links = i + 1;
+                to->links[i].nvlinks = from->links[i].nvlinks;
+                if (free_and_strdup(&to->links[i].peer, from->links[i].peer ?: "") < 0 ||
+                    free_and_strdup(&to->links[i].type, from->links[i].type ?: "") < 0)
+                        return -ENOMEM;
+        }
+        return 0;
 }
 
 int gpu_info_copy(const GpuInfo *from, GpuInfo *to) {
@@ -39,6 +95,8 @@ int gpu_info_copy(const GpuInfo *from, GpuInfo *to) {
                 .numa_node = from->numa_node,
                 .device_id = from->device_id,
                 .healthy = from->healthy,
+                .index = from->index,
+                .memory_bytes = from->memory_bytes,
         };
 
         if (free_and_strdup(&c.id, from->id ?: "") < 0 ||
@@ -48,7 +106,15 @@ int gpu_info_copy(const GpuInfo *from, GpuInfo *to) {
             free_and_strdup(&c.render_node, from->render_node ?: "") < 0 ||
             free_and_strdup(&c.health_reason, from->health_reason ?: "") < 0 ||
             (from->device_nodes && !(c.device_nodes = strv_copy(from->device_nodes))) ||
-            (from->by_path_nodes && !(c.by_path_nodes = strv_copy(from->by_path_nodes)))) {
+            (from->by_path_nodes && !(c.by_path_nodes = strv_copy(from->by_path_nodes))) ||
+            free_and_strdup(&c.uuid, from->uuid ?: "") < 0 ||
+            free_and_strdup(&c.product, from->product ?: "") < 0 ||
+            free_and_strdup(&c.compute_mode, from->compute_mode ?: "") < 0 ||
+            free_and_strdup(&c.mig_mode, from->mig_mode ?: "") < 0 ||
+            free_and_strdup(&c.compute_capability, from->compute_capability ?: "") < 0 ||
+            free_and_strdup(&c.mps_state, from->mps_state ?: "") < 0 ||
+            free_and_strdup(&c.mps_pipe_directory, from->mps_pipe_directory ?: "") < 0 ||
+            mig_devices_copy(from, &c) < 0 || links_copy(from, &c) < 0) {
                 gpu_info_done(&c);
                 return -ENOMEM;
         }

@@ -52,6 +52,23 @@
 /* Kind of the probe's CDI spec for Intel GPUs; one CDI device per GPU, named by its id. */
 #define RESOURCES_CDI_KIND_INTEL "gpu.intel.com/gpu"
 
+/* One io.kgpu.Gpu1.MigDevices entry. */
+typedef struct MigDeviceInfo {
+        uint32_t index;         /* "Device N" of nvidia-smi -L, per GPU */
+        char *uuid;             /* "MIG-..." */
+        char *profile;          /* "1g.10gb" */
+        uint32_t gi, ci;
+        char **device_nodes;    /* the MIG device's capability nodes (may be empty, never NULL after copy) */
+        uint64_t memory_bytes;
+} MigDeviceInfo;
+
+/* One io.kgpu.Gpu1.Links entry. */
+typedef struct GpuLinkInfo {
+        char *peer;             /* the other GPU's Gpu1.Id */
+        char *type;             /* "NV", "PIX", "PXB", "PHB", "NODE", "SYS" */
+        uint8_t nvlinks;
+} GpuLinkInfo;
+
 typedef struct GpuInfo {
         char *id;
         char *vendor;
@@ -64,6 +81,21 @@ typedef struct GpuInfo {
         int32_t numa_node;      /* -1 if unknown */
         uint16_t device_id;     /* PCI device id, 0 if unknown */
         bool healthy;
+        /* NVIDIA (Intel GPUs: "", -1, 0, none). Strings are
+         * never NULL after gpu_info_copy(). */
+        char *uuid;
+        int32_t index;          /* Gpu1.Index, -1 unknown */
+        char *product;
+        uint64_t memory_bytes;
+        char *compute_mode;     /* Gpu1.ComputeMode */
+        char *mig_mode;         /* "", "Disabled", "Enabled" */
+        char *compute_capability;
+        char *mps_state;        /* "", "starting", "running", "failed" */
+        char *mps_pipe_directory;
+        MigDeviceInfo *mig_devices;
+        size_t n_mig_devices;
+        GpuLinkInfo *links;
+        size_t n_links;
 } GpuInfo;
 
 void gpu_info_done(GpuInfo *info);
