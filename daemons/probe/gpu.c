@@ -42,8 +42,19 @@ int gpu_new(const char *id, Gpu **ret) {
             !g->card_node || !g->render_node || !g->uuid || !g->health ||
             !g->health_reason || !g->device_nodes)
                 return -ENOMEM;
+        g->compute_mode = strdup("");
+        g->mig_mode = strdup("");
+        g->compute_capability = strdup("");
+        g->driver_version = strdup("");
+        g->cuda_version = strdup("");
+        g->mps_state = strdup("");
+        g->mps_pipe_directory = strdup("");
+        if (!g->compute_mode || !g->mig_mode || !g->compute_capability || !g->driver_version ||
+            !g->cuda_version || !g->mps_state || !g->mps_pipe_directory)
+                return -ENOMEM;
         g->tiles = 1;
         g->numa_node = -1;
+        g->index = -1;
 
         *ret = TAKE_PTR(g);
         return 0;
@@ -67,7 +78,114 @@ Gpu *gpu_free(Gpu *g) {
         free(g->physical_function);
         free(g->card_syspath);
         free(g->render_syspath);
+        free(g->compute_mode);
+        free(g->mig_mode);
+        gpu_mig_devices_free(g->mig_devices, g->n_mig_devices);
+        free(g->compute_capability);
+        free(g->driver_version);
+        free(g->cuda_version);
+        gpu_links_free(g->links, g->n_links);
+        free(g->mps_state);
+        free(g->mps_pipe_directory);
         return mfree(g);
+}
+
+void gpu_mig_devices_free(GpuMigDevice *l, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                free(l[i].uuid);
+                free(l[i].profile);
+                strv_free(l[i].device_nodes);
+        }
+        free(l);
+}
+
+void gpu_links_free(GpuLink *l, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                free(l[i].peer_id);
+                free(l[i].type);
+        }
+        free(l);
+}
+
+int gpu_set_mig_devices(Gpu *g, const GpuMigDevice *src, size_t n) {
+        GpuMigDevice *l = NULL;
+
+        if (n > GPU_MIG_DEVICES_MAX)
+                return -E2BIG;
+        if (n > 0) {
+                l = calloc(n, sizeof(GpuMigDevice));
+                if (!l)
+                        return -ENOMEM;
+        }
+        for (size_t i = 0; i < n; i++) {
+                l[i] = (GpuMigDevice) {
+                        .device_index = src[i].device_index,
+                        .uuid = strdup(src[i].uuid ?: ""),
+                        .profile = strdup(src[i].profile ?: ""),
+                        .gi_id = src[i].gi_id,
+                        .ci_id = src[i].ci_id,
+                        .device_nodes = src[i].device_nodes ? strv_copy(src[i].device_nodes)
+                                                            : calloc(1, sizeof(char *)),
+                        .memory_bytes = src[i].memory_bytes,
+                };
+                if (!l[i].uuid || !l[i].profile || !l[i].device_nodes) {
+                        gpu_mig_devices_free(l, i + 1);
+                        return -ENOMEM;
+                }
+        }
+        gpu_mig_devices_free(g->mig_devices, g->n_mig_devices);
+        g->mig_devices = l;
+        g->n_mig_devices = n;
+        return 0;
+}
+
+int gpu_set_links(Gpu *g, const GpuLink *src, size_t n) {
+        GpuLink *l = NULL;
+
+        if (n > GPU_LINKS_MAX)
+                return -E2BIG;
+        if (n > 0) {
+                l = calloc(n, sizeof(GpuLink));
+                if (!l)
+                        return -ENOMEM;
+        }
+        for (size_t i = 0; i < n; i++) {
+                l[i] = (GpuLink) {
+                        .peer_id = strdup(src[i].peer_id ?: ""),
+                        .type = strdup(src[i].type ?: ""),
+                        .nvlinks = src[i].nvlinks,
+                };
+                if (!l[i].peer_id || !l[i].type) {
+                        gpu_links_free(l, i + 1);
+                        return -ENOMEM;
+                }
+        }
+        gpu_links_free(g->links, g->n_links);
+        g->links = l;
+        g->n_links = n;
+        return 0;
+}
+
+bool gpu_mig_devices_equal(const GpuMigDevice *a, size_t n_a, const GpuMigDevice *b, size_t n_b) {
+        if (n_a != n_b)
+                return false;
+        for (size_t i = 0; i < n_a; i++)
+                if (a[i].device_index != b[i].device_index || !streq(a[i].uuid, b[i].uuid) ||
+                    !streq(a[i].profile, b[i].profile) || a[i].gi_id != b[i].gi_id ||
+                    a[i].ci_id != b[i].ci_id || a[i].memory_bytes != b[i].memory_bytes ||
+                    !strv_equal(a[i].device_nodes, b[i].device_nodes))
+                        return false;
+        return true;
+}
+
+bool gpu_links_equal(const GpuLink *a, size_t n_a, const GpuLink *b, size_t n_b) {
+        if (n_a != n_b)
+                return false;
+        for (size_t i = 0; i < n_a; i++)
+                if (!streq(a[i].peer_id, b[i].peer_id) || !streq(a[i].type, b[i].type) ||
+                    a[i].nvlinks != b[i].nvlinks)
+                        return false;
+        return true;
 }
 
 int gpu_update_device_nodes(Gpu *g) {
@@ -119,6 +237,17 @@ int gpu_diff_properties(const Gpu *a, const Gpu *b, char ***ret) {
         DIFF(!streq(a->health_reason, b->health_reason), "HealthReason");
         DIFF(!strv_equal(a->by_path_nodes, b->by_path_nodes), "ByPathNodes");
         DIFF(!streq(a->physical_function, b->physical_function), "PhysicalFunction");
+        DIFF(a->index != b->index, "Index");
+        DIFF(!streq(a->compute_mode, b->compute_mode), "ComputeMode");
+        DIFF(!streq(a->mig_mode, b->mig_mode), "MigMode");
+        DIFF(!gpu_mig_devices_equal(a->mig_devices, a->n_mig_devices, b->mig_devices, b->n_mig_devices),
+             "MigDevices");
+        DIFF(!streq(a->compute_capability, b->compute_capability), "ComputeCapability");
+        DIFF(!streq(a->driver_version, b->driver_version), "DriverVersion");
+        DIFF(!streq(a->cuda_version, b->cuda_version), "CudaVersion");
+        DIFF(!gpu_links_equal(a->links, a->n_links, b->links, b->n_links), "Links");
+        DIFF(!streq(a->mps_state, b->mps_state), "MpsState");
+        DIFF(!streq(a->mps_pipe_directory, b->mps_pipe_directory), "MpsPipeDirectory");
 #undef DIFF
         if (r < 0)
                 return r;
@@ -147,7 +276,16 @@ int gpu_copy_properties(Gpu *dst, const Gpu *src) {
             (r = free_and_strdup(&dst->health_reason, src->health_reason)) < 0 ||
             (r = free_and_strdup(&dst->physical_function, src->physical_function)) < 0 ||
             (r = free_and_strdup(&dst->card_syspath, src->card_syspath)) < 0 ||
-            (r = free_and_strdup(&dst->render_syspath, src->render_syspath)) < 0)
+            (r = free_and_strdup(&dst->render_syspath, src->render_syspath)) < 0 ||
+            (r = free_and_strdup(&dst->compute_mode, src->compute_mode)) < 0 ||
+            (r = free_and_strdup(&dst->mig_mode, src->mig_mode)) < 0 ||
+            (r = free_and_strdup(&dst->compute_capability, src->compute_capability)) < 0 ||
+            (r = free_and_strdup(&dst->driver_version, src->driver_version)) < 0 ||
+            (r = free_and_strdup(&dst->cuda_version, src->cuda_version)) < 0 ||
+            (r = free_and_strdup(&dst->mps_state, src->mps_state)) < 0 ||
+            (r = free_and_strdup(&dst->mps_pipe_directory, src->mps_pipe_directory)) < 0 ||
+            (r = gpu_set_mig_devices(dst, src->mig_devices, src->n_mig_devices)) < 0 ||
+            (r = gpu_set_links(dst, src->links, src->n_links)) < 0)
                 return r;
 
         dst->vendor_id = src->vendor_id;
@@ -156,6 +294,7 @@ int gpu_copy_properties(Gpu *dst, const Gpu *src) {
         dst->tiles = src->tiles;
         dst->numa_node = src->numa_node;
         dst->pci_class = src->pci_class;
+        dst->index = src->index;
         dst->memory_known = src->memory_known;
         strv_free(dst->device_nodes);
         dst->device_nodes = TAKE_PTR(nodes);

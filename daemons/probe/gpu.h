@@ -28,8 +28,30 @@
 /* Most gt/tile entries counted per GPU. */
 #define GPU_TILES_MAX 64
 
+/* Most MIG devices / links one Gpu carries (bounded like the nvidia-smi parsers). */
+#define GPU_MIG_DEVICES_MAX 64U
+#define GPU_LINKS_MAX 64U
+
+/* One element of Gpu1.MigDevices, a(ussuuast). */
+typedef struct GpuMigDevice {
+        uint32_t device_index;  /* "MIG ... Device N" of nvidia-smi -L */
+        char *uuid;             /* "MIG-..." */
+        char *profile;          /* "1g.10gb" */
+        uint32_t gi_id;
+        uint32_t ci_id;
+        char **device_nodes;    /* /dev/nvidia-caps/nvidia-cap<minor> (gi access, ci access) */
+        uint64_t memory_bytes;
+} GpuMigDevice;
+
+/* One element of Gpu1.Links, a(ssy). */
+typedef struct GpuLink {
+        char *peer_id;          /* the other GPU's Id */
+        char *type;             /* "NV", "PIX", "PXB", "PHB", "NODE", "SYS" */
+        uint8_t nvlinks;        /* bonded NVLinks for "NV", else 0 */
+} GpuLink;
+
 typedef struct Gpu {
-        char *id;               /* PCI address for Intel */
+        char *id;               /* PCI address for Intel, GPU UUID for NVIDIA */
         char *vendor;           /* "intel" */
         char *driver;           /* "i915", "xe" */
         char *pci_address;
@@ -49,6 +71,20 @@ typedef struct Gpu {
         char **by_path_nodes;   /* udev's /dev/dri/by-path links of card and render node */
         char *physical_function; /* PCI address of the SR-IOV PF for a VF, else "" */
 
+        /* NVIDIA (issue 4 contract); Intel GPUs keep the "unknown" values of gpu_new(). */
+        int32_t index;                  /* nvidia-smi index, -1 */
+        char *compute_mode;             /* "Default", "Exclusive_Process", ... or "" */
+        char *mig_mode;                 /* "", "Disabled", "Enabled" */
+        GpuMigDevice *mig_devices;
+        size_t n_mig_devices;
+        char *compute_capability;       /* "9.0" or "" */
+        char *driver_version;           /* "550.54.15" or "" */
+        char *cuda_version;             /* "12.4" or "" */
+        GpuLink *links;
+        size_t n_links;
+        char *mps_state;                /* "", "starting", "running", "failed" */
+        char *mps_pipe_directory;       /* "/run/kgpu/mps/<uuid>/pipe" or "" */
+
         /* Not exported: whether memory_bytes was read from sysfs (GPU_MEMORY_OVERRIDE
          * applies only when it was not). */
         bool memory_known;
@@ -63,6 +99,14 @@ typedef struct Gpu {
 int gpu_new(const char *id, Gpu **ret);
 Gpu *gpu_free(Gpu *g);
 DEFINE_CLEANUP_FUNC(Gpu, gpu_free);
+
+/* Replace the MIG device / link lists with deep copies of src (n at most the _MAX). */
+int gpu_set_mig_devices(Gpu *g, const GpuMigDevice *src, size_t n);
+int gpu_set_links(Gpu *g, const GpuLink *src, size_t n);
+void gpu_mig_devices_free(GpuMigDevice *l, size_t n);
+void gpu_links_free(GpuLink *l, size_t n);
+bool gpu_mig_devices_equal(const GpuMigDevice *a, size_t n_a, const GpuMigDevice *b, size_t n_b);
+bool gpu_links_equal(const GpuLink *a, size_t n_a, const GpuLink *b, size_t n_b);
 
 /* Recomputes device_nodes from card_node and render_node. */
 int gpu_update_device_nodes(Gpu *g);

@@ -38,6 +38,56 @@ static int property_get_by_path_nodes(sd_bus *bus, const char *path, const char 
         return sd_bus_message_append_strv(reply, g->by_path_nodes);
 }
 
+static int property_get_mig_devices(sd_bus *bus, const char *path, const char *interface,
+                                    const char *property, sd_bus_message *reply,
+                                    void *userdata, sd_bus_error *error) {
+        Gpu *g = userdata;
+        int r;
+
+        r = sd_bus_message_open_container(reply, 'a', "(ussuuast)");
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < g->n_mig_devices; i++) {
+                const GpuMigDevice *d = &g->mig_devices[i];
+
+                r = sd_bus_message_open_container(reply, 'r', "ussuuast");
+                if (r < 0)
+                        return r;
+                r = sd_bus_message_append(reply, "ussuu", d->device_index, d->uuid, d->profile,
+                                          d->gi_id, d->ci_id);
+                if (r < 0)
+                        return r;
+                r = sd_bus_message_append_strv(reply, d->device_nodes);
+                if (r < 0)
+                        return r;
+                r = sd_bus_message_append(reply, "t", d->memory_bytes);
+                if (r < 0)
+                        return r;
+                r = sd_bus_message_close_container(reply);
+                if (r < 0)
+                        return r;
+        }
+        return sd_bus_message_close_container(reply);
+}
+
+static int property_get_links(sd_bus *bus, const char *path, const char *interface,
+                              const char *property, sd_bus_message *reply,
+                              void *userdata, sd_bus_error *error) {
+        Gpu *g = userdata;
+        int r;
+
+        r = sd_bus_message_open_container(reply, 'a', "(ssy)");
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < g->n_links; i++) {
+                r = sd_bus_message_append(reply, "(ssy)", g->links[i].peer_id, g->links[i].type,
+                                          g->links[i].nvlinks);
+                if (r < 0)
+                        return r;
+        }
+        return sd_bus_message_close_container(reply);
+}
+
 int probe_dbus_check_sender(Manager *m, sd_bus_message *message, sd_bus_error *error) {
         _cleanup_(sd_bus_creds_unrefp) sd_bus_creds *creds = NULL;
         uid_t uid;
@@ -109,6 +159,17 @@ static const sd_bus_vtable gpu_vtable[] = {
         SD_BUS_PROPERTY("ByPathNodes", "as", property_get_by_path_nodes, 0,
                         SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         GPU_PROP("PhysicalFunction", "s", physical_function),
+        GPU_PROP("Index", "i", index),
+        GPU_PROP("ComputeMode", "s", compute_mode),
+        GPU_PROP("MigMode", "s", mig_mode),
+        SD_BUS_PROPERTY("MigDevices", "a(ussuuast)", property_get_mig_devices, 0,
+                        SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        GPU_PROP("ComputeCapability", "s", compute_capability),
+        GPU_PROP("DriverVersion", "s", driver_version),
+        GPU_PROP("CudaVersion", "s", cuda_version),
+        SD_BUS_PROPERTY("Links", "a(ssy)", property_get_links, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        GPU_PROP("MpsState", "s", mps_state),
+        GPU_PROP("MpsPipeDirectory", "s", mps_pipe_directory),
         SD_BUS_VTABLE_END
 };
 
