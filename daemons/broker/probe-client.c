@@ -21,8 +21,13 @@
 #include "daemons/broker/manager.h"
 #include "daemons/broker/probe-client.h"
 
-#define PROBE_STRING_MAX 256            /* Vendor, Driver, HealthReason */
+#define PROBE_STRING_MAX 256            /* Vendor, Driver, HealthReason, Product */
 #define PROBE_NUMA_MAX 4096
+#define PROBE_INDEX_MAX 4095            /* Gpu1.Index: -1 or 0..this */
+#define PROBE_WORD_MAX 64               /* ComputeMode, MigMode, MpsState, ComputeCapability, MIG profile, link type */
+#define PROBE_MIG_DEVICES_MAX 64        /* MigDevices entries per GPU (a GPU has at most 7 today) */
+#define PROBE_LINKS_MAX 1024            /* Links entries per GPU (one per other GPU) */
+#define PROBE_MEMORY_MAX (UINT64_C(1) << 52)    /* 4 PiB: MemoryBytes and MIG memory above this are refused */
 
 static const char match_owner[] =
         "type='signal',sender='org.freedesktop.DBus',path='/org/freedesktop/DBus',"
@@ -69,25 +74,53 @@ static bool valid_dev_node(const char *s) {
         }
 }
 
+/* "" or an absolute path without "." or ".." components or "//" (a host path the broker
+ * hands to the kubelet as a mount source: Gpu1.MpsPipeDirectory). */
+static bool valid_abs_path(const char *s) {
+        const char *p;
+
+        if (isempty(s))
+                return true;
+        if (!valid_bounded(s, RESOURCES_PATH_MAX, false) || s[0] != '/' || s[1] == 0)
+                return false;
+        p = s + 1;
+        for (;;) {
+                size_t l = strcspn(p, "/");
+
+                if (l == 0 || (l == 1 && p[0] == '.') || (l == 2 && p[0] == '.' && p[1] == '.'))
+                        return false;
+                if (p[l] == 0)
+                        return true;
+                p += l + 1;
+        }
+}
+
+/* A short token: printable, no blanks, no '/', no ',' or '=' (MIG profiles end up in
+ * resource names, link types in logs). */
+static bool valid_word(const char *s, bool allow_empty) {
+        if (!valid_bounded(s, PROBE_WORD_MAX, allow_empty))
+                return false;
+        return s[strcspn(s, " /,=\"\\")] == 0;
+}
+
 static bool gpu_path_valid(const char *path) {
         const char *p = startswith(path, KGPU_GPU_PATH_PREFIX "/");
 
         return p && *p && !strchr(p, '/') && strlen(path) <= 1024;
 }
 
-/* Reads a "v" holding "as" of device node paths: at most RESOURCES_NODES_MAX, each a
- * valid node below /dev. Sets *bad (and consumes the value) when the list is invalid. */
-static int read_node_list(sd_bus_message *msg, char ***ret, bool *bad) {
+/* Reads an "as" of device node paths: at most RESOURCES_NODES_MAX, each a valid node
+ * below /dev, duplicates dropped. Sets *bad (and consumes the value) when the list is
+ * invalid; *ret is replaced only when it is valid. */
+static int read_node_array(sd_bus_message *msg, char ***ret, bool *bad) {
         _cleanup_strv_free_ char **l = NULL;
+        bool bad_here = false;
         size_t n = 0;
         int r;
 
         l = calloc(1, sizeof(char *));
         if (!l)
                 return -ENOMEM;
-        r = sd_bus_message_enter_container(msg, 'v', "as");
-        if (r < 0)
-                return r;
         r = sd_bus_message_enter_container(msg, 'a', "s");
         if (r < 0)
                 return r;
@@ -100,7 +133,7 @@ static int read_node_list(sd_bus_message *msg, char ***ret, bool *bad) {
                 if (r == 0)
                         break;
                 if (++n > RESOURCES_NODES_MAX || isempty(v) || !valid_dev_node(v)) {
-                        *bad = true;
+                        bad_here = true;
                         continue;
                 }
                 if (!strv_contains(l, v)) {
@@ -112,28 +145,238 @@ static int read_node_list(sd_bus_message *msg, char ***ret, bool *bad) {
         r = sd_bus_message_exit_container(msg);
         if (r < 0)
                 return r;
-        r = sd_bus_message_exit_container(msg);
-        if (r < 0)
-                return r;
+        if (bad_here) {
+                *bad = true;
+                return 0;
+        }
         strv_free(*ret);
         *ret = TAKE_PTR(l);
         return 0;
 }
 
+/* Reads a "v" holding "as" of device node paths (see read_node_array()). */
+static int read_node_list(sd_bus_message *msg, char ***ret, bool *bad) {
+        int r;
+
+        r = sd_bus_message_enter_container(msg, 'v', "as");
+        if (r < 0)
+                return r;
+        r = read_node_array(msg, ret, bad);
+        if (r < 0)
+                return r;
+        return sd_bus_message_exit_container(msg);
+}
+
+static void mig_devices_free(MigDeviceInfo *d, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                free(d[i].uuid);
+                free(d[i].profile);
+                strv_free(d[i].device_nodes);
+        }
+        free(d);
+}
+
+static void links_free(GpuLinkInfo *l, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                free(l[i].peer);
+                free(l[i].type);
+        }
+        free(l);
+}
+
+/* Reads a "v" holding Gpu1.MigDevices "a(ussuuast)": at most PROBE_MIG_DEVICES_MAX
+ * entries, each with a MIG UUID (non-empty, bounded like an id), a profile (a word),
+ * device nodes below /dev and a memory size; device indexes and UUIDs unique. Sets *bad
+ * (and consumes the value) when anything is invalid; *ret is replaced only when valid. */
+static int read_mig_devices(sd_bus_message *msg, MigDeviceInfo **ret, size_t *ret_n, bool *bad) {
+        MigDeviceInfo *d = NULL;
+        size_t n = 0, seen = 0;
+        bool bad_here = false;
+        int r;
+
+        r = sd_bus_message_enter_container(msg, 'v', "a(ussuuast)");
+        if (r < 0)
+                return r;
+        r = sd_bus_message_enter_container(msg, 'a', "(ussuuast)");
+        if (r < 0)
+                return r;
+        for (;;) {
+                _cleanup_strv_free_ char **nodes = NULL;
+                const char *uuid, *profile;
+                uint32_t index, gi, ci;
+                uint64_t memory;
+                MigDeviceInfo *t;
+
+                r = sd_bus_message_enter_container(msg, 'r', "ussuuast");
+                if (r < 0)
+                        goto fail;
+                if (r == 0)
+                        break;
+                if (++seen > PROBE_MIG_DEVICES_MAX)
+                        bad_here = true;        /* read on to consume it, keep nothing */
+                r = sd_bus_message_read(msg, "ussuu", &index, &uuid, &profile, &gi, &ci);
+                if (r < 0)
+                        goto fail;
+                if (!valid_bounded(uuid, RESOURCES_ID_MAX, false) || !valid_word(profile, false))
+                        bad_here = true;
+                for (size_t i = 0; i < n && !bad_here; i++)
+                        if (d[i].index == index || streq(d[i].uuid, uuid))
+                                bad_here = true;
+                if (!bad_here) {
+                        t = reallocarray(d, n + 1, sizeof(MigDeviceInfo));
+                        if (!t) {
+                                r = -ENOMEM;
+                                goto fail;
+                        }
+                        d = t;
+                        d[n] = (MigDeviceInfo) { .index = index, .gi = gi, .ci = ci };
+                        n++;
+                        d[n - 1].uuid = strdup(uuid);
+                        d[n - 1].profile = strdup(profile);
+                        if (!d[n - 1].uuid || !d[n - 1].profile) {
+                                r = -ENOMEM;
+                                goto fail;
+                        }
+                }
+                r = read_node_array(msg, &nodes, &bad_here);
+                if (r < 0)
+                        goto fail;
+                r = sd_bus_message_read(msg, "t", &memory);
+                if (r < 0)
+                        goto fail;
+                if (memory > PROBE_MEMORY_MAX)
+                        bad_here = true;
+                if (!bad_here) {
+                        d[n - 1].device_nodes = TAKE_PTR(nodes);
+                        d[n - 1].memory_bytes = memory;
+                }
+                r = sd_bus_message_exit_container(msg);
+                if (r < 0)
+                        goto fail;
+        }
+        r = sd_bus_message_exit_container(msg);
+        if (r < 0)
+                goto fail;
+        r = sd_bus_message_exit_container(msg);
+        if (r < 0)
+                goto fail;
+        if (bad_here) {
+                *bad = true;
+                mig_devices_free(d, n);
+                return 0;
+        }
+        mig_devices_free(*ret, *ret_n);
+        *ret = d;
+        *ret_n = n;
+        return 0;
+fail:
+        mig_devices_free(d, n);
+        return r;
+}
+
+static bool valid_link_type(const char *s) {
+        /* The connection kinds of `nvidia-smi topo -m` the contract names. */
+        static const char *const types[] = { "NV", "PIX", "PXB", "PHB", "NODE", "SYS" };
+
+        for (size_t i = 0; i < ELEMENTSOF(types); i++)
+                if (streq(s, types[i]))
+                        return true;
+        return false;
+}
+
+/* Reads a "v" holding Gpu1.Links "a(ssy)": at most PROBE_LINKS_MAX entries, each a peer
+ * id (bounded like an id, not twice), one of the contract's link types, and an NVLink
+ * count (0 unless "NV"). Sets *bad (and consumes the value) when anything is invalid. */
+static int read_links(sd_bus_message *msg, GpuLinkInfo **ret, size_t *ret_n, bool *bad) {
+        GpuLinkInfo *l = NULL;
+        size_t n = 0, seen = 0;
+        bool bad_here = false;
+        int r;
+
+        r = sd_bus_message_enter_container(msg, 'v', "a(ssy)");
+        if (r < 0)
+                return r;
+        r = sd_bus_message_enter_container(msg, 'a', "(ssy)");
+        if (r < 0)
+                return r;
+        for (;;) {
+                const char *peer, *type;
+                uint8_t nvlinks;
+                GpuLinkInfo *t;
+
+                r = sd_bus_message_read(msg, "(ssy)", &peer, &type, &nvlinks);
+                if (r < 0)
+                        goto fail;
+                if (r == 0)
+                        break;
+                if (++seen > PROBE_LINKS_MAX || bad_here)
+                        continue;
+                if (!valid_bounded(peer, RESOURCES_ID_MAX, false) || !valid_link_type(type) ||
+                    (!streq(type, "NV") && nvlinks != 0)) {
+                        bad_here = true;
+                        continue;
+                }
+                for (size_t i = 0; i < n; i++)
+                        if (streq(l[i].peer, peer))
+                                bad_here = true;
+                if (bad_here)
+                        continue;
+                t = reallocarray(l, n + 1, sizeof(GpuLinkInfo));
+                if (!t) {
+                        r = -ENOMEM;
+                        goto fail;
+                }
+                l = t;
+                l[n] = (GpuLinkInfo) { .nvlinks = nvlinks };
+                n++;
+                l[n - 1].peer = strdup(peer);
+                l[n - 1].type = strdup(type);
+                if (!l[n - 1].peer || !l[n - 1].type) {
+                        r = -ENOMEM;
+                        goto fail;
+                }
+        }
+        r = sd_bus_message_exit_container(msg);
+        if (r < 0)
+                goto fail;
+        r = sd_bus_message_exit_container(msg);
+        if (r < 0)
+                goto fail;
+        if (bad_here || seen > PROBE_LINKS_MAX) {
+                *bad = true;
+                links_free(l, n);
+                return 0;
+        }
+        links_free(*ret, *ret_n);
+        *ret = l;
+        *ret_n = n;
+        return 0;
+fail:
+        links_free(l, n);
+        return r;
+}
+
 int probe_gpu_properties_apply(sd_bus_message *msg, GpuInfo *info) {
         _cleanup_free_ char *id = NULL, *vendor = NULL, *driver = NULL, *card = NULL,
-                *render = NULL, *health = NULL, *reason = NULL;
+                *render = NULL, *health = NULL, *reason = NULL, *uuid = NULL, *product = NULL,
+                *compute_mode = NULL, *mig_mode = NULL, *compute_capability = NULL,
+                *mps_state = NULL, *mps_pipe = NULL;
         _cleanup_strv_free_ char **nodes = NULL, **by_path = NULL;
-        bool have_numa = false, have_device_id = false, bad = false;
+        MigDeviceInfo *mig = NULL;
+        GpuLinkInfo *links = NULL;
+        size_t n_mig = 0, n_links = 0;
+        bool have_numa = false, have_device_id = false, have_index = false, have_memory = false,
+                have_mig = false, have_links = false, bad = false;
         uint16_t device_id = 0;
-        int32_t numa = -1;
+        int32_t numa = -1, index = -1;
+        uint64_t memory = 0;
         int r;
 
         /* The whole a{sv} is always consumed, so that a caller can go on reading after an
          * -EBADMSG; only errors of the message itself stop early. */
         r = sd_bus_message_enter_container(msg, 'a', "{sv}");
         if (r < 0)
-                return r;
+                goto fail;
         for (;;) {
                 const char *name, *contents;
                 char **target = NULL;
@@ -141,15 +384,15 @@ int probe_gpu_properties_apply(sd_bus_message *msg, GpuInfo *info) {
 
                 r = sd_bus_message_enter_container(msg, 'e', "sv");
                 if (r < 0)
-                        return r;
+                        goto fail;
                 if (r == 0)
                         break;
                 r = sd_bus_message_read(msg, "s", &name);
                 if (r < 0)
-                        return r;
+                        goto fail;
                 r = sd_bus_message_peek_type(msg, &type, &contents);
                 if (r < 0)
-                        return r;
+                        goto fail;
 
                 if (streq(name, "Id"))
                         target = &id;
@@ -165,50 +408,87 @@ int probe_gpu_properties_apply(sd_bus_message *msg, GpuInfo *info) {
                         target = &health;
                 else if (streq(name, "HealthReason"))
                         target = &reason;
+                else if (streq(name, "Uuid"))
+                        target = &uuid;
+                else if (streq(name, "Product"))
+                        target = &product;
+                else if (streq(name, "ComputeMode"))
+                        target = &compute_mode;
+                else if (streq(name, "MigMode"))
+                        target = &mig_mode;
+                else if (streq(name, "ComputeCapability"))
+                        target = &compute_capability;
+                else if (streq(name, "MpsState"))
+                        target = &mps_state;
+                else if (streq(name, "MpsPipeDirectory"))
+                        target = &mps_pipe;
 
                 if ((target && !streq(contents, "s")) ||
-                    (streq(name, "NumaNode") && !streq(contents, "i")) ||
+                    ((streq(name, "NumaNode") || streq(name, "Index")) && !streq(contents, "i")) ||
                     (streq(name, "DeviceId") && !streq(contents, "q")) ||
+                    (streq(name, "MemoryBytes") && !streq(contents, "t")) ||
+                    (streq(name, "MigDevices") && !streq(contents, "a(ussuuast)")) ||
+                    (streq(name, "Links") && !streq(contents, "a(ssy)")) ||
                     ((streq(name, "DeviceNodes") || streq(name, "ByPathNodes")) && !streq(contents, "as"))) {
                         bad = true;
                         r = sd_bus_message_skip(msg, "v");
                         if (r < 0)
-                                return r;
+                                goto fail;
                 } else if (target) {
                         const char *v;
 
                         r = sd_bus_message_read(msg, "v", "s", &v);
                         if (r < 0)
-                                return r;
+                                goto fail;
                         r = free_and_strdup(target, v);
                         if (r < 0)
-                                return r;
+                                goto fail;
                 } else if (streq(name, "NumaNode")) {
                         r = sd_bus_message_read(msg, "v", "i", &numa);
                         if (r < 0)
-                                return r;
+                                goto fail;
                         have_numa = true;
                 } else if (streq(name, "DeviceNodes") || streq(name, "ByPathNodes")) {
                         r = read_node_list(msg, streq(name, "DeviceNodes") ? &nodes : &by_path, &bad);
                         if (r < 0)
-                                return r;
+                                goto fail;
                 } else if (streq(name, "DeviceId") && streq(contents, "q")) {
                         r = sd_bus_message_read(msg, "v", "q", &device_id);
                         if (r < 0)
-                                return r;
+                                goto fail;
                         have_device_id = true;
+                } else if (streq(name, "Index")) {
+                        r = sd_bus_message_read(msg, "v", "i", &index);
+                        if (r < 0)
+                                goto fail;
+                        have_index = true;
+                } else if (streq(name, "MemoryBytes")) {
+                        r = sd_bus_message_read(msg, "v", "t", &memory);
+                        if (r < 0)
+                                goto fail;
+                        have_memory = true;
+                } else if (streq(name, "MigDevices")) {
+                        r = read_mig_devices(msg, &mig, &n_mig, &bad);
+                        if (r < 0)
+                                goto fail;
+                        have_mig = true;
+                } else if (streq(name, "Links")) {
+                        r = read_links(msg, &links, &n_links, &bad);
+                        if (r < 0)
+                                goto fail;
+                        have_links = true;
                 } else {
                         r = sd_bus_message_skip(msg, "v");
                         if (r < 0)
-                                return r;
+                                goto fail;
                 }
                 r = sd_bus_message_exit_container(msg);
                 if (r < 0)
-                        return r;
+                        goto fail;
         }
         r = sd_bus_message_exit_container(msg);
         if (r < 0)
-                return r;
+                goto fail;
 
         /* Validate everything before changing anything. */
         if (bad ||
@@ -218,8 +498,19 @@ int probe_gpu_properties_apply(sd_bus_message *msg, GpuInfo *info) {
             (health && !valid_bounded(health, PROBE_STRING_MAX, true)) ||
             (reason && !valid_bounded(reason, PROBE_STRING_MAX, true)) ||
             (card && !valid_dev_node(card)) ||
-            (render && !valid_dev_node(render)))
-                return -EBADMSG;
+            (render && !valid_dev_node(render)) ||
+            (uuid && !valid_bounded(uuid, RESOURCES_ID_MAX, true)) ||
+            (product && !valid_bounded(product, PROBE_STRING_MAX, true)) ||
+            (compute_mode && !valid_word(compute_mode, true)) ||
+            (mig_mode && !valid_word(mig_mode, true)) ||
+            (compute_capability && !valid_word(compute_capability, true)) ||
+            (mps_state && !valid_word(mps_state, true)) ||
+            (mps_pipe && !valid_abs_path(mps_pipe)) ||
+            (have_index && (index < -1 || index > PROBE_INDEX_MAX)) ||
+            (have_memory && memory > PROBE_MEMORY_MAX)) {
+                r = -EBADMSG;
+                goto fail;
+        }
 
 #define MOVE(field, v) if (v) { free(info->field); info->field = TAKE_PTR(v); }
         MOVE(id, id);
@@ -228,7 +519,28 @@ int probe_gpu_properties_apply(sd_bus_message *msg, GpuInfo *info) {
         MOVE(card_node, card);
         MOVE(render_node, render);
         MOVE(health_reason, reason);
+        MOVE(uuid, uuid);
+        MOVE(product, product);
+        MOVE(compute_mode, compute_mode);
+        MOVE(mig_mode, mig_mode);
+        MOVE(compute_capability, compute_capability);
+        MOVE(mps_state, mps_state);
+        MOVE(mps_pipe_directory, mps_pipe);
 #undef MOVE
+        if (have_mig) {
+                mig_devices_free(info->mig_devices, info->n_mig_devices);
+                info->mig_devices = TAKE_PTR(mig);
+                info->n_mig_devices = n_mig;
+        }
+        if (have_links) {
+                links_free(info->links, info->n_links);
+                info->links = TAKE_PTR(links);
+                info->n_links = n_links;
+        }
+        if (have_index)
+                info->index = index;
+        if (have_memory)
+                info->memory_bytes = memory;
         if (nodes) {
                 strv_free(info->device_nodes);
                 info->device_nodes = TAKE_PTR(nodes);
@@ -244,6 +556,10 @@ int probe_gpu_properties_apply(sd_bus_message *msg, GpuInfo *info) {
         if (have_numa)
                 info->numa_node = numa >= 0 && numa < PROBE_NUMA_MAX ? numa : -1;
         return 0;
+fail:
+        mig_devices_free(mig, n_mig);
+        links_free(links, n_links);
+        return r;
 }
 
 static bool probe_message_from_owner(Manager *m, sd_bus_message *msg) {
@@ -324,7 +640,7 @@ static void probe_emit(Manager *m, char **changed) {
 /* Reads a{sa{sv}} and returns the io.kgpu.Gpu1 properties applied over defaults.
  * Returns 1 if the interface was there, 0 if not. */
 static int probe_read_interfaces(sd_bus_message *msg, GpuInfo *ret) {
-        GpuInfo info = { .numa_node = -1 };
+        GpuInfo info = { .numa_node = -1, .index = -1 };
         bool found = false, bad = false;
         int r;
 
@@ -493,7 +809,7 @@ static int on_get_all(sd_bus_message *reply, void *userdata, sd_bus_error *ret_e
         GetAllCall *c = userdata;
         Manager *m = c->manager;
         const Gpu *g;
-        GpuInfo info = { .numa_node = -1 };
+        GpuInfo info = { .numa_node = -1, .index = -1 };
         int r;
 
         if (sd_bus_message_is_method_error(reply, NULL)) {
@@ -624,7 +940,7 @@ static int on_properties_changed(sd_bus_message *msg, void *userdata, sd_bus_err
         _cleanup_strv_free_ char **changed = NULL;
         Manager *m = userdata;
         const char *path = sd_bus_message_get_path(msg), *iface;
-        GpuInfo info = { .numa_node = -1 };
+        GpuInfo info = { .numa_node = -1, .index = -1 };
         const Gpu *g;
         bool invalidated = false;
         int r;

@@ -108,6 +108,35 @@ write('fuzz-probe-props', 'device-id', bytes([0, 2]) + prop(8, V_Q, b'\x56\xa0')
 write('fuzz-probe-props', 'long-id', bytes([0, 1]) + word(0) + bytes([V_S, 0xff, 2, ord('x')]))
 write('fuzz-probe-props', 'nodes', bytes([0, 1]) + word(9) + bytes([V_AS, 2]) + word(20) + word(21))
 write('fuzz-probe-props', 'not-dict', bytes([9]) + s('hello'))
+# NVIDIA mode (byte 0 >= 0xf0, see fuzz-probe-props.c): count, then name, type index into
+# nvidia_types, value. Words 28..: the NVIDIA names and values of fuzz-probe-props.c.
+N_S, N_I, N_T, N_AS, N_MIG, N_LINKS, N_LINKS_WRONG = 0, 1, 2, 5, 6, 7, 8
+
+
+def nprop(name_word, ntype, value):
+    return word(name_word) + bytes([ntype]) + value
+
+
+def mig(index, uuid, profile, gi, nodes, mem):
+    return (struct.pack('>I', index) + uuid + profile + struct.pack('>II', gi, 0) +
+            bytes([len(nodes)]) + b''.join(nodes) + struct.pack('>Q', mem))
+
+
+nv_migs = bytes([2]) + mig(0, word(41), word(48), 2, [word(63)], 40 << 30) + mig(1, s('MIG-b'), word(47), 9, [], 10 << 30)
+nv_links = bytes([2]) + word(40) + word(50) + bytes([18]) + s('GPU-2') + word(55) + bytes([0])
+nv_good = (bytes([0xf0, 13]) + nprop(0, N_S, word(40)) + nprop(1, N_S, word(16)) + nprop(28, N_I, struct.pack('>i', 0)) +
+           nprop(29, N_S, word(40)) + nprop(30, N_S, word(42)) + nprop(12, N_T, struct.pack('>Q', 80 << 30)) +
+           nprop(31, N_S, word(43)) + nprop(32, N_S, word(45)) + nprop(33, N_MIG, nv_migs) +
+           nprop(34, N_S, word(49)) + nprop(37, N_LINKS, nv_links) + nprop(38, N_S, word(57)) +
+           nprop(39, N_S, word(59)))
+write('fuzz-probe-props', 'nvidia-good', nv_good)
+write('fuzz-probe-props', 'nvidia-bad-pipe', bytes([0xf0, 1]) + nprop(39, N_S, word(60)))
+write('fuzz-probe-props', 'nvidia-bad-link', bytes([0xf0, 1]) + nprop(37, N_LINKS, bytes([1]) + word(40) + word(56) + bytes([0])))
+write('fuzz-probe-props', 'nvidia-mig-dup', bytes([0xf0, 1]) + nprop(33, N_MIG, bytes([2]) + mig(0, word(41), word(47), 1, [], 1) +
+                                                                    mig(0, word(41), word(47), 2, [], 1)))
+write('fuzz-probe-props', 'nvidia-wrong-type', bytes([0xf0, 2]) + nprop(33, N_LINKS, nv_links) + nprop(37, N_LINKS_WRONG, bytes([0])))
+write('fuzz-probe-props', 'nvidia-many-mig', bytes([0xf0, 1]) + nprop(33, N_MIG, bytes([0xff, 4]) + mig(0, word(41), word(47), 1, [], 1)))
+write('fuzz-probe-props', 'nvidia-index', bytes([0xf0, 2]) + nprop(28, N_I, struct.pack('>i', 4096)) + nprop(12, N_T, b'\xff' * 8))
 
 # --- fuzz-convert ---------------------------------------------------------------------
 # Requests (protobuf as the kubelet sends it).
