@@ -34,6 +34,13 @@ typedef enum OptionType {
         OPTION_ALLOCATION_POLICY,
         OPTION_BY_PATH,
         OPTION_LOG_LEVEL,
+        OPTION_VERSION,         /* the NVIDIA file's "version": only v1 */
+        OPTION_ENUM,            /* one of names[], stored as the enum's int */
+        OPTION_DEVICE_LIST_STRATEGY, /* DEVICE_LIST_STRATEGY_* set: one value, a list or comma separated */
+        OPTION_ANNOTATION_PREFIX, /* non-empty annotation key prefix */
+        OPTION_IGNORED,         /* accepted (names[]: these values only), logged at notice, not stored */
+        OPTION_FALSE_ONLY,      /* a boolean kgpu does not implement: only false is accepted */
+        OPTION_EMPTY_ONLY,      /* a list kgpu does not implement: only an empty list is accepted */
 } OptionType;
 
 typedef struct ConfigOption {
@@ -44,10 +51,38 @@ typedef struct ConfigOption {
         size_t offset;
         const char *def;        /* default as text, NULL: none */
         uint32_t min, max;      /* OPTION_UINT32 bounds */
-        const char *help;
+        const char *help;       /* OPTION_IGNORED, OPTION_FALSE_ONLY: why */
+        const char * const *names; /* OPTION_ENUM values in enum order; OPTION_IGNORED accepted values (NULL: any) */
+        bool alias;             /* another key for a field an earlier entry owns (not freed, no default) */
 } ConfigOption;
 
 #define OFF(f) offsetof(Config, f)
+
+static const char * const mig_strategy_names[] = {
+        [MIG_STRATEGY_NONE] = "none",
+        [MIG_STRATEGY_SINGLE] = "single",
+        [MIG_STRATEGY_MIXED] = "mixed",
+        NULL
+};
+
+static const char * const device_id_strategy_names[] = {
+        [DEVICE_ID_STRATEGY_UUID] = "uuid",
+        [DEVICE_ID_STRATEGY_INDEX] = "index",
+        NULL
+};
+
+static const char * const replica_policy_names[] = {
+        [REPLICA_POLICY_DISTRIBUTED] = "distributed",
+        [REPLICA_POLICY_PACKED] = "packed",
+        NULL
+};
+
+/* Bit i of a DEVICE_LIST_STRATEGY_* set is device_list_strategy_names[i]. */
+static const char * const device_list_strategy_names[] = {
+        "envvar", "volume-mounts", "cdi-annotations", "cdi-cri", NULL
+};
+
+static const char * const device_discovery_strategy_names[] = { "auto", "nvml", NULL };
 
 static const ConfigOption options[] = {
         { "logLevel", { "KGPU_LOG_LEVEL" }, "log-level", OPTION_LOG_LEVEL, OFF(log_level), "info", 0, 0,
@@ -110,6 +145,93 @@ static const ConfigOption options[] = {
           OFF(intel_memory_reserved), NULL, 0, 0, "bytes of each GPU's memory left out of memory.max" },
         { "intel.pciGroupingLevel", { "GPU_PCI_GROUPING_LEVEL" }, "pci-grouping-level", OPTION_UINT32,
           OFF(intel_pci_grouping_level), "0", 0, 64, "PCI path depth for the pci-groups label (0: none)" },
+        /* NVIDIA: the NVIDIA device plugin's `version: v1` file, its variables and flags. */
+        { "version", { NULL }, NULL, OPTION_VERSION, OFF(nvidia_config_version), NULL, 0, 0,
+          "format of the NVIDIA device plugin's config file (v1)" },
+        { "nvidia.enabled", { "KGPU_NVIDIA_ENABLED" }, "nvidia", OPTION_BOOL, OFF(nvidia_enabled), "true", 0, 0,
+          "serve NVIDIA GPUs" },
+        { "flags.migStrategy", { "MIG_STRATEGY" }, "mig-strategy", OPTION_ENUM, OFF(nvidia_mig_strategy), "none", 0, 0,
+          "MIG strategy: none, single or mixed", mig_strategy_names },
+        { "flags.failOnInitError", { "FAIL_ON_INIT_ERROR" }, "fail-on-init-error", OPTION_BOOL,
+          OFF(nvidia_fail_on_init_error), "true", 0, 0, "fail when NVIDIA GPUs cannot be read at start" },
+        { "flags.nvidiaDriverRoot", { "NVIDIA_DRIVER_ROOT" }, "nvidia-driver-root", OPTION_PATH,
+          OFF(nvidia_driver_root), "/", 0, 0, "root of the NVIDIA driver installation (nvidia-smi is looked up there)" },
+        { "flags.plugin.passDeviceSpecs", { "PASS_DEVICE_SPECS" }, "pass-device-specs", OPTION_BOOL,
+          OFF(nvidia_pass_device_specs), "false", 0, 0, "pass the NVIDIA device nodes in Allocate answers" },
+        { "flags.plugin.deviceListStrategy", { "DEVICE_LIST_STRATEGY" }, "device-list-strategy",
+          OPTION_DEVICE_LIST_STRATEGY, OFF(nvidia_device_list_strategy), "envvar", 0, 0,
+          "how devices reach a container: envvar, volume-mounts, cdi-annotations, cdi-cri (comma separated)" },
+        { "flags.plugin.deviceIDStrategy", { "DEVICE_ID_STRATEGY" }, "device-id-strategy", OPTION_ENUM,
+          OFF(nvidia_device_id_strategy), "uuid", 0, 0, "NVIDIA device IDs: uuid or index", device_id_strategy_names },
+        { "flags.plugin.cdiAnnotationPrefix", { "CDI_ANNOTATION_PREFIX" }, "cdi-annotation-prefix",
+          OPTION_ANNOTATION_PREFIX, OFF(nvidia_cdi_annotation_prefix), "cdi.k8s.io/", 0, 0,
+          "prefix of the CDI annotation keys (cdi-annotations strategy)" },
+        { "nvidia.smiPath", { "KGPU_NVIDIA_SMI" }, "nvidia-smi-path", OPTION_PATH, OFF(nvidia_smi_path), NULL, 0, 0,
+          "nvidia-smi to run (default: found under the driver root)" },
+        { "nvidia.mpsControlPath", { "KGPU_NVIDIA_MPS_CONTROL" }, "nvidia-mps-control-path", OPTION_PATH,
+          OFF(nvidia_mps_control_path), NULL, 0, 0, "nvidia-cuda-mps-control to run (default: found under the driver root)" },
+        { "nvidia.healthIntervalMs", { "KGPU_NVIDIA_HEALTH_INTERVAL_MS" }, "nvidia-health-interval-ms", OPTION_UINT32,
+          OFF(nvidia_health_interval_ms), "10000", 0, 86400000, "milliseconds between nvidia-smi health polls (0: none)" },
+        { "nvidia.healthRecoverPolls", { "KGPU_NVIDIA_HEALTH_RECOVER_POLLS" }, "nvidia-health-recover-polls",
+          OPTION_UINT32, OFF(nvidia_health_recover_polls), "3", 1, 1000,
+          "consecutive good polls before an unhealthy NVIDIA GPU is healthy again" },
+        { "nvidia.replicaPolicy", { "KGPU_NVIDIA_REPLICA_POLICY" }, "replica-policy", OPTION_ENUM,
+          OFF(nvidia_replica_policy), "distributed", 0, 0, "preferred replicas: distributed or packed",
+          replica_policy_names },
+        { "sharing.timeSlicing.renameByDefault", { NULL }, NULL, OPTION_BOOL,
+          OFF(nvidia_time_slicing.rename_by_default), "false", 0, 0, "time-sliced resources are <name>.shared" },
+        { "sharing.timeSlicing.failRequestsGreaterThanOne", { NULL }, NULL, OPTION_BOOL,
+          OFF(nvidia_time_slicing.fail_requests_greater_than_one), "false", 0, 0,
+          "refuse requests for more than one time-sliced replica" },
+        { "sharing.mps.renameByDefault", { NULL }, NULL, OPTION_BOOL,
+          OFF(nvidia_mps.rename_by_default), "false", 0, 0, "MPS resources are <name>.shared" },
+        /* The NVIDIA plugin refuses MPS requests for more than one replica unless told otherwise. */
+        { "sharing.mps.failRequestsGreaterThanOne", { NULL }, NULL, OPTION_BOOL,
+          OFF(nvidia_mps.fail_requests_greater_than_one), "true", 0, 0,
+          "refuse requests for more than one MPS replica" },
+        { "flags.plugin.kubeletSocket", { NULL }, NULL, OPTION_PATH, OFF(kubelet_socket), NULL, 0, 0,
+          "same as kubelet.socket", NULL, true },
+        /* Keys of the NVIDIA file kgpu accepts without using them. */
+        { "flags.mpsRoot", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0,
+          "MPS pipes and logs are under runtimeDirectory/mps" },
+        { "flags.nvidiaDevRoot", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0,
+          "NVIDIA device nodes are always read from /dev" },
+        { "flags.restartOnDeviceUnhealthy", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0,
+          "unhealthy devices are reported, nothing is restarted" },
+        { "flags.useNodeFeatureAPI", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0,
+          "node labels go to labels.featureFile" },
+        { "flags.deviceDiscoveryStrategy", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0,
+          "GPUs are found with nvidia-smi; auto and nvml are accepted", device_discovery_strategy_names },
+        { "flags.gdsEnabled", { NULL }, NULL, OPTION_FALSE_ONLY, 0, NULL, 0, 0,
+          "GPUDirect Storage devices are not passed to containers" },
+        { "flags.mofedEnabled", { NULL }, NULL, OPTION_FALSE_ONLY, 0, NULL, 0, 0,
+          "MOFED devices are not passed to containers" },
+        { "flags.gdrcopyEnabled", { NULL }, NULL, OPTION_FALSE_ONLY, 0, NULL, 0, 0,
+          "GDRCopy devices are not passed to containers" },
+        { "flags.plugin.nvidiaCTKPath", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0,
+          "the probe writes the CDI spec itself" },
+        { "flags.plugin.containerDriverRoot", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0,
+          "the probe writes the CDI spec itself" },
+        { "flags.plugin.cdiFeatureFlags", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0,
+          "the probe writes the CDI spec itself" },
+        { "flags.gfd.oneshot", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0, "labels come from the probe" },
+        { "flags.gfd.noTimestamp", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0, "labels come from the probe" },
+        { "flags.gfd.sleepInterval", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0, "labels come from the probe" },
+        { "flags.gfd.outputFile", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0,
+          "labels come from the probe (labels.featureFile)" },
+        { "flags.gfd.machineTypeFile", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0, "labels come from the probe" },
+        { "health.disabled", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0,
+          "health comes from nvidia-smi polls (nvidia.healthIntervalMs)" },
+        { "health.eventTypes", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0,
+          "health comes from nvidia-smi polls (nvidia.healthIntervalMs)" },
+        { "health.ignoredXIDs", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0,
+          "health comes from nvidia-smi polls (nvidia.healthIntervalMs)" },
+        { "health.criticalXIDs", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0,
+          "health comes from nvidia-smi polls (nvidia.healthIntervalMs)" },
+        { "imex.channelIDs", { NULL }, NULL, OPTION_EMPTY_ONLY, 0, NULL, 0, 0,
+          "IMEX channels are not passed to containers" },
+        { "imex.required", { NULL }, NULL, OPTION_FALSE_ONLY, 0, NULL, 0, 0,
+          "IMEX channels are not passed to containers" },
         { "labels.featureFile", { "KGPU_LABELS_FEATURE_FILE" }, "labels-feature-file", OPTION_PATH,
           OFF(labels_feature_file), "/etc/kubernetes/node-feature-discovery/features.d/kgpu", 0, 0,
           "NFD local feature file the probe writes the node labels to (empty: none)" },
@@ -142,6 +264,55 @@ const char *config_allocation_policy_to_string(ConfigAllocationPolicy p) {
         return allocation_policy_names[p];
 }
 
+const char *config_mig_strategy_to_string(ConfigMigStrategy m) {
+        if ((size_t) m >= ELEMENTSOF(mig_strategy_names) - 1)
+                return NULL;
+        return mig_strategy_names[m];
+}
+
+const char *config_device_id_strategy_to_string(ConfigDeviceIdStrategy d) {
+        if ((size_t) d >= ELEMENTSOF(device_id_strategy_names) - 1)
+                return NULL;
+        return device_id_strategy_names[d];
+}
+
+const char *config_replica_policy_to_string(ConfigReplicaPolicy p) {
+        if ((size_t) p >= ELEMENTSOF(replica_policy_names) - 1)
+                return NULL;
+        return replica_policy_names[p];
+}
+
+const char *config_device_list_strategy_to_string(uint32_t set, char *buf, size_t size) {
+        size_t n = 0;
+
+        if (!buf || size == 0)
+                return NULL;
+        buf[0] = 0;
+        for (size_t i = 0; device_list_strategy_names[i]; i++) {
+                int k;
+
+                if (!(set & (1U << i)))
+                        continue;
+                k = snprintf(buf + n, size - n, "%s%s", n > 0 ? "," : "", device_list_strategy_names[i]);
+                if (k < 0 || (size_t) k >= size - n)
+                        return NULL;
+                n += (size_t) k;
+        }
+        return buf;
+}
+
+char *config_shared_resource_name(const ConfigSharing *s, const ConfigSharedResource *r) {
+        char *n = NULL;
+
+        if (!s || !r || !r->name)
+                return NULL;
+        if (r->rename)
+                return strdup(r->rename);
+        if (s->rename_by_default)
+                return asprintf(&n, "%s.shared", r->name) < 0 ? NULL : n;
+        return strdup(r->name);
+}
+
 Config *config_free(Config *c) {
         if (!c)
                 return NULL;
@@ -149,10 +320,14 @@ Config *config_free(Config *c) {
         for (size_t i = 0; i < ELEMENTSOF(options); i++) {
                 void *p = (uint8_t *) c + options[i].offset;
 
+                if (options[i].alias)
+                        continue;
                 switch (options[i].type) {
                 case OPTION_STRING:
                 case OPTION_PATH:
                 case OPTION_LOG_LEVEL:
+                case OPTION_VERSION:
+                case OPTION_ANNOTATION_PREFIX:
                         free(*(char **) p);
                         break;
                 case OPTION_STRV:
@@ -175,7 +350,7 @@ static const ConfigOption *option_by_key(const char *key) {
 
 static const ConfigOption *option_by_flag(const char *flag) {
         for (size_t i = 0; i < ELEMENTSOF(options); i++)
-                if (streq(options[i].flag, flag))
+                if (options[i].flag && streq(options[i].flag, flag))
                         return &options[i];
         return NULL;
 }
@@ -189,6 +364,22 @@ static bool is_printable(const char *s) {
                 if (*p < 0x20 || *p == 0x7f)
                         return false;
         return true;
+}
+
+static bool names_contain(const char * const *names, const char *s) {
+        for (size_t i = 0; names[i]; i++)
+                if (streq(names[i], s))
+                        return true;
+        return false;
+}
+
+static int device_list_strategy_from_string(const char *s, uint32_t *ret) {
+        for (size_t i = 0; device_list_strategy_names[i]; i++)
+                if (streq(s, device_list_strategy_names[i])) {
+                        *ret = 1U << i;
+                        return 0;
+                }
+        return -EINVAL;
 }
 
 /* Sets one option from text. On failure returns -EINVAL and a message in *ret_why. */
@@ -273,6 +464,84 @@ static int option_set(Config *c, const ConfigOption *o, const char *value, const
                 *ret_why = "expected single, all or none";
                 return -EINVAL;
 
+        case OPTION_VERSION:
+                if (!streq(value, "v1")) {
+                        *ret_why = "expected v1 (the only version of the NVIDIA device plugin's config file)";
+                        return -EINVAL;
+                }
+                return free_and_strdup((char **) p, value) < 0 ? -ENOMEM : 0;
+
+        case OPTION_ENUM:
+                for (size_t i = 0; o->names[i]; i++)
+                        if (streq(value, o->names[i])) {
+                                *(int *) p = (int) i;
+                                return 0;
+                        }
+                *ret_why = o->names == mig_strategy_names ? "expected none, single or mixed" :
+                           o->names == device_id_strategy_names ? "expected uuid or index" :
+                           "expected distributed or packed";
+                return -EINVAL;
+
+        case OPTION_DEVICE_LIST_STRATEGY: {
+                _cleanup_free_ char *copy = strdup(value);
+                char *save = NULL;
+                uint32_t set = 0;
+
+                if (!copy)
+                        return -ENOMEM;
+                for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                        uint32_t bit;
+
+                        while (*t == ' ')
+                                t++;
+                        r = device_list_strategy_from_string(t, &bit);
+                        if (r < 0) {
+                                *ret_why = "expected envvar, volume-mounts, cdi-annotations or cdi-cri";
+                                return r;
+                        }
+                        set |= bit;
+                }
+                if (set == 0) {
+                        *ret_why = "expected envvar, volume-mounts, cdi-annotations or cdi-cri";
+                        return -EINVAL;
+                }
+                *(uint32_t *) p = set;
+                return 0;
+        }
+
+        case OPTION_ANNOTATION_PREFIX:
+                if (isempty(value) || strlen(value) > 253 ||
+                    strspn(value, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._/") != strlen(value)) {
+                        *ret_why = "expected an annotation key prefix (letters, digits, '-', '.', '_', '/')";
+                        return -EINVAL;
+                }
+                return free_and_strdup((char **) p, value) < 0 ? -ENOMEM : 0;
+
+        case OPTION_IGNORED:
+                if (o->names && !names_contain(o->names, value)) {
+                        *ret_why = "not supported by kgpu";
+                        return -EOPNOTSUPP;
+                }
+                return 0;
+
+        case OPTION_FALSE_ONLY:
+                r = parse_boolean(value);
+                if (r < 0) {
+                        *ret_why = "expected a boolean (true or false)";
+                        return -EINVAL;
+                }
+                if (r > 0) {
+                        *ret_why = "not supported by kgpu, only false is accepted";
+                        return -EOPNOTSUPP;
+                }
+                return 0;
+
+        case OPTION_EMPTY_ONLY:
+                if (isempty(value))
+                        return 0;
+                *ret_why = "not supported by kgpu, only an empty list is accepted";
+                return -EOPNOTSUPP;
+
         case OPTION_STRV: {
                 _cleanup_strv_free_ char **l = NULL;
                 _cleanup_free_ char *copy = strdup(value);
@@ -299,7 +568,7 @@ static int set_defaults(Config *c) {
                 const char *why = NULL;
                 int r;
 
-                if (!options[i].def)
+                if (!options[i].def || options[i].alias)
                         continue;
                 r = option_set(c, &options[i], options[i].def, &why);
                 if (r < 0)
@@ -335,6 +604,10 @@ static int parse_error(ParseContext *ctx, const yaml_node_t *node, const char *k
         return -EINVAL;
 }
 
+static void log_ignored(ParseContext *ctx, const ConfigOption *o, const char *key, yaml_node_t *node) {
+        log_notice("%s:%zu: %s: accepted and ignored: %s.", ctx->name, node->start_mark.line + 1, key, o->help);
+}
+
 static int parse_value(ParseContext *ctx, const char *key, yaml_node_t *node) {
         const ConfigOption *o = option_by_key(key);
         const char *why = NULL;
@@ -345,8 +618,10 @@ static int parse_value(ParseContext *ctx, const char *key, yaml_node_t *node) {
 
         if (node->type == YAML_SEQUENCE_NODE) {
                 _cleanup_strv_free_ char **l = NULL;
+                uint32_t set = 0;
 
-                if (o->type != OPTION_STRV)
+                if (o->type != OPTION_STRV && o->type != OPTION_DEVICE_LIST_STRATEGY &&
+                    o->type != OPTION_IGNORED && o->type != OPTION_EMPTY_ONLY)
                         return parse_error(ctx, node, key, "expected a single value, got a list");
                 for (yaml_node_item_t *i = node->data.sequence.items.start; i < node->data.sequence.items.top; i++) {
                         yaml_node_t *n = yaml_document_get_node(ctx->doc, *i);
@@ -355,8 +630,35 @@ static int parse_value(ParseContext *ctx, const char *key, yaml_node_t *node) {
                                 return parse_error(ctx, n ?: node, key, "list items must be plain values");
                         if (n->data.scalar.length > CONFIG_SCALAR_MAX || strlen((char *) n->data.scalar.value) != n->data.scalar.length)
                                 return parse_error(ctx, n, key, "invalid list item");
+                        if (o->type == OPTION_DEVICE_LIST_STRATEGY) {
+                                uint32_t bit;
+
+                                if (device_list_strategy_from_string((char *) n->data.scalar.value, &bit) < 0)
+                                        return parse_error(ctx, n, key, "expected envvar, volume-mounts, cdi-annotations or cdi-cri, got '%s'",
+                                                           (char *) n->data.scalar.value);
+                                set |= bit;
+                                continue;
+                        }
+                        if (o->type == OPTION_IGNORED && o->names && !names_contain(o->names, (char *) n->data.scalar.value))
+                                return parse_error(ctx, n, key, "not supported by kgpu, got '%s'", (char *) n->data.scalar.value);
                         if (strv_extend(&l, (char *) n->data.scalar.value) < 0)
                                 return -ENOMEM;
+                }
+                switch (o->type) {
+                case OPTION_DEVICE_LIST_STRATEGY:
+                        if (set == 0)
+                                return parse_error(ctx, node, key, "expected at least one of envvar, volume-mounts, cdi-annotations, cdi-cri");
+                        *(uint32_t *) ((uint8_t *) ctx->config + o->offset) = set;
+                        return 0;
+                case OPTION_IGNORED:
+                        log_ignored(ctx, o, key, node);
+                        return 0;
+                case OPTION_EMPTY_ONLY:
+                        if (l)
+                                return parse_error(ctx, node, key, "not supported by kgpu (%s), only an empty list is accepted", o->help);
+                        return 0;
+                default:
+                        break;
                 }
                 strv_free(*(char ***) ((uint8_t *) ctx->config + o->offset));
                 *(char ***) ((uint8_t *) ctx->config + o->offset) = TAKE_PTR(l);
@@ -370,9 +672,12 @@ static int parse_value(ParseContext *ctx, const char *key, yaml_node_t *node) {
         r = option_set(ctx->config, o, (char *) node->data.scalar.value, &why);
         if (r == -ENOMEM)
                 return r;
-        if (r < 0) {
+        if (r == -EOPNOTSUPP)
+                return parse_error(ctx, node, key, "%s (%s), got '%s'", why, o->help, (char *) node->data.scalar.value);
+        if (r < 0)
                 return parse_error(ctx, node, key, "%s, got '%s'", why, (char *) node->data.scalar.value);
-        }
+        if (o->type == OPTION_IGNORED)
+                log_ignored(ctx, o, key, node);
         return 0;
 }
 
@@ -624,20 +929,23 @@ const struct option *config_getopt_options(void) {
         static struct option opts[ELEMENTSOF(options) + 1];
 
         if (!opts[0].name)
-                for (size_t i = 0; i < ELEMENTSOF(options); i++)
-                        opts[i] = (struct option) {
+                for (size_t i = 0, n = 0; i < ELEMENTSOF(options); i++) {
+                        if (!options[i].flag)
+                                continue;       /* file only */
+                        opts[n++] = (struct option) {
                                 .name = options[i].flag,
                                 .has_arg = options[i].type == OPTION_BOOL ? optional_argument
                                                                           : required_argument,
                                 .val = CONFIG_OPTION_VAL_BASE + (int) i,
                         };
+                }
         return opts;
 }
 
 const char *config_flag_by_val(int val) {
         if (val < CONFIG_OPTION_VAL_BASE || (size_t) (val - CONFIG_OPTION_VAL_BASE) >= ELEMENTSOF(options))
                 return NULL;
-        return options[val - CONFIG_OPTION_VAL_BASE].flag;
+        return options[val - CONFIG_OPTION_VAL_BASE].flag;     /* NULL for file-only keys */
 }
 
 void config_print_flags_help(void) {
@@ -645,6 +953,8 @@ void config_print_flags_help(void) {
         for (size_t i = 0; i < ELEMENTSOF(options); i++) {
                 char flag[64];
 
+                if (!options[i].flag)
+                        continue;
                 (void) snprintf(flag, sizeof(flag), "--%s=VALUE", options[i].flag);
                 printf("  %-32s %s\n  %-32s key %s%s%s%s%s\n", flag, options[i].help, "", options[i].key,
                        options[i].env[0] ? ", env " : "", options[i].env[0] ?: "",

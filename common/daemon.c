@@ -33,7 +33,7 @@ static void help(const DaemonInfo *info) {
                "  -h --help            Show this help\n"
                "     --version         Show the version\n"
                "     --introspect      Print the D-Bus interface XML generated from the vtables and exit\n"
-               "     --config=FILE     Configuration file (default %s)\n",
+               "     --config=FILE     Configuration file (default %s; also --config-file)\n",
                info->name, info->description, KGPU_CONFIG_FILE_DEFAULT);
         config_print_flags_help();
 }
@@ -44,6 +44,7 @@ int daemon_parse_argv(const DaemonInfo *info, int argc, char *argv[], DaemonArgs
                 { "version",    no_argument,       NULL, ARG_VERSION    },
                 { "introspect", no_argument,       NULL, ARG_INTROSPECT },
                 { "config",     required_argument, NULL, ARG_CONFIG     },
+                { "config-file", required_argument, NULL, ARG_CONFIG    }, /* the NVIDIA plugin's name */
         };
         _cleanup_free_ struct option *options = NULL;
         _cleanup_free_ ConfigOverride *overrides = NULL;

@@ -1,0 +1,606 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * test-nvidia-config.c — the NVIDIA device plugin's `version: v1` config file, its
+ * environment variables and flags, loaded through the code the daemons use.
+ *
+ * Contract checked: every NVIDIA key lands in its Config field with the NVIDIA plugin's
+ * defaults; flag > environment > file > default; keys kgpu does not use are accepted,
+ * values that would change behaviour kgpu does not have are refused; every error names
+ * file:line:key (or the variable, or the flag) exactly.
+ */
+
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/config.h"
+#include "common/daemon.h"
+#include "common/util.h"
+
+static const DaemonInfo info = { .name = "test", .description = "test" };
+
+static const char * const nvidia_vars[] = {
+        "KGPU_CONFIG", "CONFIG_FILE", "MIG_STRATEGY", "FAIL_ON_INIT_ERROR", "NVIDIA_DRIVER_ROOT",
+        "PASS_DEVICE_SPECS", "DEVICE_LIST_STRATEGY", "DEVICE_ID_STRATEGY", "CDI_ANNOTATION_PREFIX",
+        "KGPU_NVIDIA_ENABLED", "KGPU_NVIDIA_SMI", "KGPU_NVIDIA_MPS_CONTROL", "KGPU_NVIDIA_HEALTH_INTERVAL_MS",
+        "KGPU_NVIDIA_HEALTH_RECOVER_POLLS", "KGPU_NVIDIA_REPLICA_POLICY", "KGPU_KUBELET_SOCKET",
+};
+
+static void clear_env(void) {
+        for (size_t i = 0; i < ELEMENTSOF(nvidia_vars); i++)
+                unsetenv(nvidia_vars[i]);
+}
+
+static Config *from_yaml(const char *text, char **err) {
+        Config *c = NULL;
+
+        return config_load_string(text, strlen(text), "kgpu.yaml", NULL, 0, &c, err) < 0 ? NULL : c;
+}
+
+/* Loads text; it must fail with exactly this message. */
+static void expect_error(const char *text, const char *message) {
+        _cleanup_free_ char *err = NULL;
+        Config *c = NULL;
+        int r;
+
+        r = config_load_string(text, strlen(text), "kgpu.yaml", NULL, 0, &c, &err);
+        ck_assert_msg(r < 0, "accepted: %s", text);
+        ck_assert_ptr_null(c);
+        ck_assert_ptr_nonnull(err);
+        ck_assert_str_eq(err, message);
+}
+
+/* Writes text to a temporary file, returns its path (static buffer). */
+static const char *write_temp(const char *text) {
+        static char path[] = "/tmp/test-nvidia-config-XXXXXX";
+        FILE *f;
+        int fd;
+
+        strcpy(path, "/tmp/test-nvidia-config-XXXXXX");
+        fd = mkstemp(path);
+        ck_assert_int_ge(fd, 0);
+        f = fdopen(fd, "w");
+        ck_assert_ptr_nonnull(f);
+        ck_assert_int_ge(fputs(text, f), 0);
+        ck_assert_int_eq(fclose(f), 0);
+        return path;
+}
+
+/* argv (NULL-terminated, argv[0] added) parsed and loaded like a daemon's main(). */
+static Config *from_argv(const char * const *args) {
+        _cleanup_(daemon_args_done) DaemonArgs a = {};
+        char *argv[32] = { (char *) "kgpu-test" };
+        Config *c = NULL;
+        int argc = 1;
+
+        for (; args[argc - 1]; argc++)
+                argv[argc] = (char *) args[argc - 1];
+        if (daemon_parse_argv(&info, argc, argv, &a) != 1)
+                return NULL;
+        if (daemon_load_config(&a, &c) < 0)
+                return NULL;
+        return c;
+}
+
+START_TEST(test_defaults) {
+        _cleanup_(config_freep) Config *c = NULL;
+        char buf[64];
+
+        clear_env();
+        c = from_yaml("", NULL);
+        ck_assert_ptr_nonnull(c);
+        ck_assert_ptr_null(c->nvidia_config_version);
+        ck_assert(c->nvidia_enabled);
+        ck_assert_int_eq(c->nvidia_mig_strategy, MIG_STRATEGY_NONE);
+        ck_assert(c->nvidia_fail_on_init_error);
+        ck_assert_str_eq(c->nvidia_driver_root, "/");
+        ck_assert(!c->nvidia_pass_device_specs);
+        ck_assert_uint_eq(c->nvidia_device_list_strategy, DEVICE_LIST_STRATEGY_ENVVAR);
+        ck_assert_int_eq(c->nvidia_device_id_strategy, DEVICE_ID_STRATEGY_UUID);
+        ck_assert_str_eq(c->nvidia_cdi_annotation_prefix, "cdi.k8s.io/");
+        ck_assert_ptr_null(c->nvidia_smi_path);
+        ck_assert_ptr_null(c->nvidia_mps_control_path);
+        ck_assert_uint_eq(c->nvidia_health_interval_ms, 10000);
+        ck_assert_uint_eq(c->nvidia_health_recover_polls, 3);
+        ck_assert_int_eq(c->nvidia_replica_policy, REPLICA_POLICY_DISTRIBUTED);
+        ck_assert(!c->nvidia_time_slicing.rename_by_default);
+        ck_assert(!c->nvidia_time_slicing.fail_requests_greater_than_one);
+        ck_assert_ptr_null(c->nvidia_time_slicing.resources);
+        ck_assert_uint_eq(c->nvidia_time_slicing.n_resources, 0);
+        /* The NVIDIA plugin refuses MPS requests for more than one replica by default. */
+        ck_assert(c->nvidia_mps.fail_requests_greater_than_one);
+        ck_assert_uint_eq(c->nvidia_mps.n_resources, 0);
+        ck_assert_str_eq(config_device_list_strategy_to_string(c->nvidia_device_list_strategy, buf, sizeof(buf)),
+                         "envvar");
+}
+END_TEST
+
+START_TEST(test_scalars_from_file) {
+        _cleanup_(config_freep) Config *c = NULL;
+        _cleanup_free_ char *err = NULL;
+
+        clear_env();
+        c = from_yaml("version: v1\n"
+                      "flags:\n"
+                      "  migStrategy: mixed\n"
+                      "  failOnInitError: false\n"
+                      "  nvidiaDriverRoot: /run/nvidia/driver\n"
+                      "  plugin:\n"
+                      "    passDeviceSpecs: true\n"
+                      "    deviceListStrategy: [volume-mounts, cdi-cri]\n"
+                      "    deviceIDStrategy: index\n"
+                      "    cdiAnnotationPrefix: cdi.example.com/\n"
+                      "    kubeletSocket: /var/lib/kubelet/device-plugins/other.sock\n"
+                      "nvidia:\n"
+                      "  enabled: false\n"
+                      "  smiPath: /opt/bin/nvidia-smi\n"
+                      "  mpsControlPath: /opt/bin/nvidia-cuda-mps-control\n"
+                      "  healthIntervalMs: 0\n"
+                      "  healthRecoverPolls: 5\n"
+                      "  replicaPolicy: packed\n"
+                      "sharing:\n"
+                      "  timeSlicing:\n"
+                      "    renameByDefault: true\n"
+                      "    failRequestsGreaterThanOne: true\n"
+                      "  mps:\n"
+                      "    renameByDefault: true\n"
+                      "    failRequestsGreaterThanOne: false\n", &err);
+        ck_assert_msg(c, "%s", err);
+        ck_assert_str_eq(c->nvidia_config_version, "v1");
+        ck_assert(!c->nvidia_enabled);
+        ck_assert_int_eq(c->nvidia_mig_strategy, MIG_STRATEGY_MIXED);
+        ck_assert(!c->nvidia_fail_on_init_error);
+        ck_assert_str_eq(c->nvidia_driver_root, "/run/nvidia/driver");
+        ck_assert(c->nvidia_pass_device_specs);
+        ck_assert_uint_eq(c->nvidia_device_list_strategy, DEVICE_LIST_STRATEGY_VOLUME_MOUNTS | DEVICE_LIST_STRATEGY_CDI_CRI);
+        ck_assert_int_eq(c->nvidia_device_id_strategy, DEVICE_ID_STRATEGY_INDEX);
+        ck_assert_str_eq(c->nvidia_cdi_annotation_prefix, "cdi.example.com/");
+        ck_assert_str_eq(c->kubelet_socket, "/var/lib/kubelet/device-plugins/other.sock");
+        ck_assert_str_eq(c->nvidia_smi_path, "/opt/bin/nvidia-smi");
+        ck_assert_str_eq(c->nvidia_mps_control_path, "/opt/bin/nvidia-cuda-mps-control");
+        ck_assert_uint_eq(c->nvidia_health_interval_ms, 0);
+        ck_assert_uint_eq(c->nvidia_health_recover_polls, 5);
+        ck_assert_int_eq(c->nvidia_replica_policy, REPLICA_POLICY_PACKED);
+        ck_assert(c->nvidia_time_slicing.rename_by_default);
+        ck_assert(c->nvidia_time_slicing.fail_requests_greater_than_one);
+        ck_assert(c->nvidia_mps.rename_by_default);
+        ck_assert(!c->nvidia_mps.fail_requests_greater_than_one);
+}
+END_TEST
+
+START_TEST(test_device_list_strategy_forms) {
+        static const struct {
+                const char *yaml;
+                uint32_t set;
+                const char *text;
+        } cases[] = {
+                { "flags: {plugin: {deviceListStrategy: envvar}}\n", DEVICE_LIST_STRATEGY_ENVVAR, "envvar" },
+                { "flags: {plugin: {deviceListStrategy: cdi-annotations}}\n", DEVICE_LIST_STRATEGY_CDI_ANNOTATIONS,
+                  "cdi-annotations" },
+                { "flags: {plugin: {deviceListStrategy: [\"envvar\", \"cdi-annotations\", \"cdi-cri\"]}}\n",
+                  DEVICE_LIST_STRATEGY_ENVVAR | DEVICE_LIST_STRATEGY_CDI_ANNOTATIONS | DEVICE_LIST_STRATEGY_CDI_CRI,
+                  "envvar,cdi-annotations,cdi-cri" },
+                { "flags:\n  plugin:\n    deviceListStrategy:\n    - cdi-cri\n    - volume-mounts\n    - cdi-cri\n",
+                  DEVICE_LIST_STRATEGY_VOLUME_MOUNTS | DEVICE_LIST_STRATEGY_CDI_CRI, "volume-mounts,cdi-cri" },
+                { "flags: {plugin: {deviceListStrategy: \"envvar,volume-mounts\"}}\n",
+                  DEVICE_LIST_STRATEGY_ENVVAR | DEVICE_LIST_STRATEGY_VOLUME_MOUNTS, "envvar,volume-mounts" },
+        };
+
+        clear_env();
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                _cleanup_(config_freep) Config *c = NULL;
+                _cleanup_free_ char *err = NULL;
+                char buf[80];
+
+                c = from_yaml(cases[i].yaml, &err);
+                ck_assert_msg(c, "%s: %s", cases[i].yaml, err);
+                ck_assert_uint_eq(c->nvidia_device_list_strategy, cases[i].set);
+                ck_assert_str_eq(config_device_list_strategy_to_string(c->nvidia_device_list_strategy, buf, sizeof(buf)),
+                                 cases[i].text);
+        }
+}
+END_TEST
+
+START_TEST(test_helpers) {
+        char small[8], buf[128];
+
+        ck_assert_str_eq(config_mig_strategy_to_string(MIG_STRATEGY_NONE), "none");
+        ck_assert_str_eq(config_mig_strategy_to_string(MIG_STRATEGY_SINGLE), "single");
+        ck_assert_str_eq(config_mig_strategy_to_string(MIG_STRATEGY_MIXED), "mixed");
+        ck_assert_ptr_null(config_mig_strategy_to_string((ConfigMigStrategy) 3));
+        ck_assert_str_eq(config_device_id_strategy_to_string(DEVICE_ID_STRATEGY_UUID), "uuid");
+        ck_assert_str_eq(config_device_id_strategy_to_string(DEVICE_ID_STRATEGY_INDEX), "index");
+        ck_assert_ptr_null(config_device_id_strategy_to_string((ConfigDeviceIdStrategy) 2));
+        ck_assert_str_eq(config_replica_policy_to_string(REPLICA_POLICY_DISTRIBUTED), "distributed");
+        ck_assert_str_eq(config_replica_policy_to_string(REPLICA_POLICY_PACKED), "packed");
+        ck_assert_ptr_null(config_replica_policy_to_string((ConfigReplicaPolicy) 2));
+        ck_assert_str_eq(config_device_list_strategy_to_string(0, buf, sizeof(buf)), "");
+        ck_assert_str_eq(config_device_list_strategy_to_string(0xf, buf, sizeof(buf)),
+                         "envvar,volume-mounts,cdi-annotations,cdi-cri");
+        /* Too small a buffer: NULL, never a truncated list. */
+        ck_assert_ptr_null(config_device_list_strategy_to_string(DEVICE_LIST_STRATEGY_VOLUME_MOUNTS, small, sizeof(small)));
+        ck_assert_ptr_null(config_device_list_strategy_to_string(1, NULL, 0));
+}
+END_TEST
+
+START_TEST(test_shared_resource_name) {
+        ConfigSharedResource plain = { .name = (char *) "nvidia.com/gpu", .replicas = 2 };
+        ConfigSharedResource renamed = { .name = (char *) "nvidia.com/gpu", .rename = (char *) "nvidia.com/gpu-2gb",
+                                         .replicas = 2 };
+        ConfigSharing off = {}, on = { .rename_by_default = true };
+        _cleanup_free_ char *a = NULL, *b = NULL, *d = NULL, *e = NULL;
+
+        a = config_shared_resource_name(&off, &plain);
+        b = config_shared_resource_name(&on, &plain);
+        d = config_shared_resource_name(&off, &renamed);
+        e = config_shared_resource_name(&on, &renamed);
+        ck_assert_str_eq(a, "nvidia.com/gpu");
+        ck_assert_str_eq(b, "nvidia.com/gpu.shared");
+        ck_assert_str_eq(d, "nvidia.com/gpu-2gb");
+        ck_assert_str_eq(e, "nvidia.com/gpu-2gb");  /* an explicit rename wins, as upstream */
+        ck_assert_ptr_null(config_shared_resource_name(&on, NULL));
+}
+END_TEST
+
+START_TEST(test_env_beats_file_flag_beats_env) {
+        static const char *file =
+                "version: v1\n"
+                "flags:\n"
+                "  migStrategy: single\n"
+                "  failOnInitError: true\n"
+                "  nvidiaDriverRoot: /file\n"
+                "  plugin:\n"
+                "    passDeviceSpecs: false\n"
+                "    deviceListStrategy: envvar\n"
+                "    deviceIDStrategy: uuid\n"
+                "    cdiAnnotationPrefix: file.example.com/\n";
+        const char *path;
+
+        clear_env();
+        path = write_temp(file);
+
+        /* File alone, named by --config-file (the NVIDIA plugin's flag). */
+        {
+                const char *args[] = { "--config-file", path, NULL };
+                _cleanup_(config_freep) Config *c = from_argv(args);
+
+                ck_assert_ptr_nonnull(c);
+                ck_assert_str_eq(c->file, path);
+                ck_assert_int_eq(c->nvidia_mig_strategy, MIG_STRATEGY_SINGLE);
+                ck_assert_str_eq(c->nvidia_driver_root, "/file");
+                ck_assert_str_eq(c->nvidia_cdi_annotation_prefix, "file.example.com/");
+        }
+
+        /* The environment over the file; the file named by CONFIG_FILE. */
+        setenv("CONFIG_FILE", path, 1);
+        setenv("MIG_STRATEGY", "mixed", 1);
+        setenv("FAIL_ON_INIT_ERROR", "false", 1);
+        setenv("NVIDIA_DRIVER_ROOT", "/env", 1);
+        setenv("PASS_DEVICE_SPECS", "true", 1);
+        setenv("DEVICE_LIST_STRATEGY", "volume-mounts,cdi-annotations", 1);
+        setenv("DEVICE_ID_STRATEGY", "index", 1);
+        setenv("CDI_ANNOTATION_PREFIX", "env.example.com/", 1);
+        {
+                const char *args[] = { NULL };
+                _cleanup_(config_freep) Config *c = from_argv(args);
+
+                ck_assert_ptr_nonnull(c);
+                ck_assert_str_eq(c->file, path);
+                ck_assert_int_eq(c->nvidia_mig_strategy, MIG_STRATEGY_MIXED);
+                ck_assert(!c->nvidia_fail_on_init_error);
+                ck_assert_str_eq(c->nvidia_driver_root, "/env");
+                ck_assert(c->nvidia_pass_device_specs);
+                ck_assert_uint_eq(c->nvidia_device_list_strategy,
+                                  DEVICE_LIST_STRATEGY_VOLUME_MOUNTS | DEVICE_LIST_STRATEGY_CDI_ANNOTATIONS);
+                ck_assert_int_eq(c->nvidia_device_id_strategy, DEVICE_ID_STRATEGY_INDEX);
+                ck_assert_str_eq(c->nvidia_cdi_annotation_prefix, "env.example.com/");
+        }
+
+        /* Flags over the environment. */
+        {
+                const char *args[] = { "--mig-strategy=none", "--fail-on-init-error=true",
+                                       "--nvidia-driver-root", "/flag", "--pass-device-specs=false",
+                                       "--device-list-strategy=cdi-cri", "--device-id-strategy", "uuid",
+                                       "--cdi-annotation-prefix=flag.example.com/", NULL };
+                _cleanup_(config_freep) Config *c = from_argv(args);
+
+                ck_assert_ptr_nonnull(c);
+                ck_assert_int_eq(c->nvidia_mig_strategy, MIG_STRATEGY_NONE);
+                ck_assert(c->nvidia_fail_on_init_error);
+                ck_assert_str_eq(c->nvidia_driver_root, "/flag");
+                ck_assert(!c->nvidia_pass_device_specs);
+                ck_assert_uint_eq(c->nvidia_device_list_strategy, DEVICE_LIST_STRATEGY_CDI_CRI);
+                ck_assert_int_eq(c->nvidia_device_id_strategy, DEVICE_ID_STRATEGY_UUID);
+                ck_assert_str_eq(c->nvidia_cdi_annotation_prefix, "flag.example.com/");
+        }
+
+        /* Go-style single-dash flags and a bare boolean flag, as the NVIDIA plugin is started. */
+        {
+                const char *args[] = { "-mig-strategy", "single", "-pass-device-specs", NULL };
+                _cleanup_(config_freep) Config *c = from_argv(args);
+
+                ck_assert_ptr_nonnull(c);
+                ck_assert_int_eq(c->nvidia_mig_strategy, MIG_STRATEGY_SINGLE);
+                ck_assert(c->nvidia_pass_device_specs);
+        }
+
+        /* --config-file beats CONFIG_FILE. */
+        {
+                const char *other = NULL;
+                _cleanup_free_ char *keep = strdup(path);
+
+                ck_assert_ptr_nonnull(keep);
+                other = write_temp("flags: {migStrategy: single}\n");
+                unsetenv("MIG_STRATEGY");
+                {
+                        const char *args[] = { "--config-file", other, NULL };
+                        _cleanup_(config_freep) Config *c = from_argv(args);
+
+                        ck_assert_ptr_nonnull(c);
+                        ck_assert_str_eq(c->file, other);
+                        ck_assert_int_eq(c->nvidia_mig_strategy, MIG_STRATEGY_SINGLE);
+                        ck_assert_str_eq(c->nvidia_driver_root, "/env");
+                }
+                (void) unlink(other);
+                (void) unlink(keep);
+        }
+        clear_env();
+}
+END_TEST
+
+START_TEST(test_nvidia_own_keys_env_and_flags) {
+        clear_env();
+        setenv("KGPU_NVIDIA_ENABLED", "false", 1);
+        setenv("KGPU_NVIDIA_SMI", "/env/nvidia-smi", 1);
+        setenv("KGPU_NVIDIA_MPS_CONTROL", "/env/nvidia-cuda-mps-control", 1);
+        setenv("KGPU_NVIDIA_HEALTH_INTERVAL_MS", "250", 1);
+        setenv("KGPU_NVIDIA_HEALTH_RECOVER_POLLS", "2", 1);
+        setenv("KGPU_NVIDIA_REPLICA_POLICY", "packed", 1);
+        setenv("KGPU_CONFIG", "", 1);
+        {
+                const char *args[] = { NULL };
+                _cleanup_(config_freep) Config *c = from_argv(args);
+
+                ck_assert_ptr_nonnull(c);
+                ck_assert(!c->nvidia_enabled);
+                ck_assert_str_eq(c->nvidia_smi_path, "/env/nvidia-smi");
+                ck_assert_str_eq(c->nvidia_mps_control_path, "/env/nvidia-cuda-mps-control");
+                ck_assert_uint_eq(c->nvidia_health_interval_ms, 250);
+                ck_assert_uint_eq(c->nvidia_health_recover_polls, 2);
+                ck_assert_int_eq(c->nvidia_replica_policy, REPLICA_POLICY_PACKED);
+        }
+        {
+                const char *args[] = { "--nvidia=true", "--nvidia-smi-path=/flag/nvidia-smi",
+                                       "--nvidia-health-interval-ms=1000", "--replica-policy=distributed", NULL };
+                _cleanup_(config_freep) Config *c = from_argv(args);
+
+                ck_assert_ptr_nonnull(c);
+                ck_assert(c->nvidia_enabled);
+                ck_assert_str_eq(c->nvidia_smi_path, "/flag/nvidia-smi");
+                ck_assert_uint_eq(c->nvidia_health_interval_ms, 1000);
+                ck_assert_int_eq(c->nvidia_replica_policy, REPLICA_POLICY_DISTRIBUTED);
+        }
+        clear_env();
+}
+END_TEST
+
+START_TEST(test_env_and_flag_errors) {
+        _cleanup_free_ char *err = NULL;
+        Config *c = NULL;
+        const ConfigOverride bad_flag[] = { { "device-id-strategy", "serial" } };
+        const ConfigOverride bad_list[] = { { "device-list-strategy", "envvar,nope" } };
+
+        clear_env();
+        setenv("MIG_STRATEGY", "all", 1);
+        ck_assert_int_eq(config_load_string("", 0, "kgpu.yaml", NULL, 0, &c, &err), -EINVAL);
+        ck_assert_str_eq(err, "environment variable MIG_STRATEGY: expected none, single or mixed, got 'all'");
+        err = mfree(err);
+        unsetenv("MIG_STRATEGY");
+
+        setenv("DEVICE_LIST_STRATEGY", "envvar,bogus", 1);
+        ck_assert_int_lt(config_load_string("", 0, "kgpu.yaml", NULL, 0, &c, &err), 0);
+        ck_assert_str_eq(err, "environment variable DEVICE_LIST_STRATEGY: expected envvar, volume-mounts, "
+                              "cdi-annotations or cdi-cri, got 'envvar,bogus'");
+        err = mfree(err);
+        setenv("DEVICE_LIST_STRATEGY", ",", 1);
+        ck_assert_int_lt(config_load_string("", 0, "kgpu.yaml", NULL, 0, &c, &err), 0);
+        ck_assert_str_eq(err, "environment variable DEVICE_LIST_STRATEGY: expected envvar, volume-mounts, "
+                              "cdi-annotations or cdi-cri, got ','");
+        err = mfree(err);
+        unsetenv("DEVICE_LIST_STRATEGY");
+
+        setenv("FAIL_ON_INIT_ERROR", "maybe", 1);
+        ck_assert_int_lt(config_load_string("", 0, "kgpu.yaml", NULL, 0, &c, &err), 0);
+        ck_assert_str_eq(err, "environment variable FAIL_ON_INIT_ERROR: expected a boolean (true or false), got 'maybe'");
+        err = mfree(err);
+        unsetenv("FAIL_ON_INIT_ERROR");
+
+        setenv("NVIDIA_DRIVER_ROOT", "run/nvidia/driver", 1);
+        ck_assert_int_lt(config_load_string("", 0, "kgpu.yaml", NULL, 0, &c, &err), 0);
+        ck_assert_str_eq(err, "environment variable NVIDIA_DRIVER_ROOT: expected an absolute path, got 'run/nvidia/driver'");
+        err = mfree(err);
+        unsetenv("NVIDIA_DRIVER_ROOT");
+
+        setenv("CDI_ANNOTATION_PREFIX", "", 1);
+        ck_assert_int_lt(config_load_string("", 0, "kgpu.yaml", NULL, 0, &c, &err), 0);
+        ck_assert_str_eq(err, "environment variable CDI_ANNOTATION_PREFIX: expected an annotation key prefix "
+                              "(letters, digits, '-', '.', '_', '/'), got ''");
+        err = mfree(err);
+        unsetenv("CDI_ANNOTATION_PREFIX");
+
+        ck_assert_int_lt(config_load_string("", 0, "kgpu.yaml", bad_flag, 1, &c, &err), 0);
+        ck_assert_str_eq(err, "--device-id-strategy: expected uuid or index, got 'serial'");
+        err = mfree(err);
+        ck_assert_int_lt(config_load_string("", 0, "kgpu.yaml", bad_list, 1, &c, &err), 0);
+        ck_assert_str_eq(err, "--device-list-strategy: expected envvar, volume-mounts, cdi-annotations or cdi-cri, "
+                              "got 'envvar,nope'");
+        ck_assert_ptr_null(c);
+}
+END_TEST
+
+START_TEST(test_scalar_errors) {
+        clear_env();
+        expect_error("version: v2\n",
+                     "kgpu.yaml:1: version: expected v1 (the only version of the NVIDIA device plugin's config file), got 'v2'");
+        expect_error("version: v1\nflags:\n  migStrategy: bogus\n",
+                     "kgpu.yaml:3: flags.migStrategy: expected none, single or mixed, got 'bogus'");
+        expect_error("flags:\n  failOnInitError: 2\n",
+                     "kgpu.yaml:2: flags.failOnInitError: expected a boolean (true or false), got '2'");
+        expect_error("flags:\n  nvidiaDriverRoot: relative\n",
+                     "kgpu.yaml:2: flags.nvidiaDriverRoot: expected an absolute path, got 'relative'");
+        expect_error("flags:\n  nvidiaDriverRoot: \"\"\n",
+                     "kgpu.yaml:2: flags.nvidiaDriverRoot: expected an absolute path, not an empty value, got ''");
+        expect_error("flags:\n  plugin:\n    deviceIDStrategy: serial\n",
+                     "kgpu.yaml:3: flags.plugin.deviceIDStrategy: expected uuid or index, got 'serial'");
+        expect_error("flags:\n  plugin:\n    deviceListStrategy: envvars\n",
+                     "kgpu.yaml:3: flags.plugin.deviceListStrategy: expected envvar, volume-mounts, cdi-annotations "
+                     "or cdi-cri, got 'envvars'");
+        expect_error("flags:\n  plugin:\n    deviceListStrategy:\n    - envvar\n    - cdi\n",
+                     "kgpu.yaml:5: flags.plugin.deviceListStrategy: expected envvar, volume-mounts, cdi-annotations "
+                     "or cdi-cri, got 'cdi'");
+        expect_error("flags:\n  plugin:\n    deviceListStrategy: []\n",
+                     "kgpu.yaml:3: flags.plugin.deviceListStrategy: expected at least one of envvar, volume-mounts, "
+                     "cdi-annotations, cdi-cri");
+        expect_error("flags:\n  plugin:\n    deviceListStrategy:\n    - [envvar]\n",
+                     "kgpu.yaml:4: flags.plugin.deviceListStrategy: list items must be plain values");
+        expect_error("flags:\n  plugin:\n    passDeviceSpecs: [true]\n",
+                     "kgpu.yaml:3: flags.plugin.passDeviceSpecs: expected a single value, got a list");
+        expect_error("flags:\n  plugin:\n    cdiAnnotationPrefix: \"a b/\"\n",
+                     "kgpu.yaml:3: flags.plugin.cdiAnnotationPrefix: expected an annotation key prefix "
+                     "(letters, digits, '-', '.', '_', '/'), got 'a b/'");
+        expect_error("flags:\n  plugin:\n    unknownFlag: 1\n",
+                     "kgpu.yaml:3: unknown key 'flags.plugin.unknownFlag'");
+        expect_error("nvidia:\n  healthRecoverPolls: 0\n",
+                     "kgpu.yaml:2: nvidia.healthRecoverPolls: value out of range, got '0'");
+        expect_error("nvidia:\n  replicaPolicy: spread\n",
+                     "kgpu.yaml:2: nvidia.replicaPolicy: expected distributed or packed, got 'spread'");
+        expect_error("nvidia:\n  smiPath: nvidia-smi\n",
+                     "kgpu.yaml:2: nvidia.smiPath: expected an absolute path, got 'nvidia-smi'");
+        expect_error("sharing:\n  mps:\n    failRequestsGreaterThanOne: yes please\n",
+                     "kgpu.yaml:3: sharing.mps.failRequestsGreaterThanOne: expected a boolean (true or false), "
+                     "got 'yes please'");
+}
+END_TEST
+
+START_TEST(test_accepted_and_ignored) {
+        _cleanup_(config_freep) Config *c = NULL;
+        _cleanup_free_ char *err = NULL;
+
+        clear_env();
+        c = from_yaml("version: v1\n"
+                      "flags:\n"
+                      "  mpsRoot: /run/nvidia/mps\n"
+                      "  nvidiaDevRoot: /\n"
+                      "  restartOnDeviceUnhealthy: false\n"
+                      "  gdsEnabled: false\n"
+                      "  mofedEnabled: false\n"
+                      "  gdrcopyEnabled: false\n"
+                      "  useNodeFeatureAPI: true\n"
+                      "  deviceDiscoveryStrategy: auto\n"
+                      "  plugin:\n"
+                      "    nvidiaCTKPath: /usr/bin/nvidia-ctk\n"
+                      "    containerDriverRoot: /driver-root\n"
+                      "    cdiFeatureFlags: \"\"\n"
+                      "  gfd:\n"
+                      "    oneshot: false\n"
+                      "    noTimestamp: false\n"
+                      "    sleepInterval: 60s\n"
+                      "    outputFile: /etc/kubernetes/node-feature-discovery/features.d/gfd\n"
+                      "    machineTypeFile: /sys/class/dmi/id/product_name\n"
+                      "imex:\n"
+                      "  channelIDs: []\n"
+                      "  required: false\n"
+                      "health:\n"
+                      "  disabled: false\n"
+                      "  eventTypes: [EventTypeXidCriticalError]\n"
+                      "  ignoredXIDs: [13, 31]\n"
+                      "  criticalXIDs: all\n", &err);
+        ck_assert_msg(c, "%s", err);
+        ck_assert_str_eq(c->nvidia_config_version, "v1");
+        /* Nothing of it changed what kgpu uses. */
+        ck_assert_str_eq(c->nvidia_driver_root, "/");
+        ck_assert_str_eq(c->labels_feature_file, "/etc/kubernetes/node-feature-discovery/features.d/kgpu");
+}
+END_TEST
+
+START_TEST(test_unsupported_values) {
+        clear_env();
+        expect_error("flags:\n  gdsEnabled: true\n",
+                     "kgpu.yaml:2: flags.gdsEnabled: not supported by kgpu, only false is accepted "
+                     "(GPUDirect Storage devices are not passed to containers), got 'true'");
+        expect_error("flags:\n  mofedEnabled: true\n",
+                     "kgpu.yaml:2: flags.mofedEnabled: not supported by kgpu, only false is accepted "
+                     "(MOFED devices are not passed to containers), got 'true'");
+        expect_error("flags:\n  gdrcopyEnabled: sure\n",
+                     "kgpu.yaml:2: flags.gdrcopyEnabled: expected a boolean (true or false), got 'sure'");
+        expect_error("flags:\n  deviceDiscoveryStrategy: tegra\n",
+                     "kgpu.yaml:2: flags.deviceDiscoveryStrategy: not supported by kgpu "
+                     "(GPUs are found with nvidia-smi; auto and nvml are accepted), got 'tegra'");
+        expect_error("imex:\n  channelIDs: [0]\n",
+                     "kgpu.yaml:2: imex.channelIDs: not supported by kgpu (IMEX channels are not passed to containers), "
+                     "only an empty list is accepted");
+        expect_error("imex:\n  required: true\n",
+                     "kgpu.yaml:2: imex.required: not supported by kgpu, only false is accepted "
+                     "(IMEX channels are not passed to containers), got 'true'");
+}
+END_TEST
+
+START_TEST(test_getopt_table) {
+        const struct option *o = config_getopt_options();
+        static const char * const wanted[] = {
+                "mig-strategy", "fail-on-init-error", "nvidia-driver-root", "pass-device-specs",
+                "device-list-strategy", "device-id-strategy", "cdi-annotation-prefix", "nvidia-smi-path",
+                "log-level", "cdi-spec-directory",
+        };
+        size_t n = 0;
+
+        while (o[n].name) {
+                ck_assert_ptr_nonnull(config_flag_by_val(o[n].val));
+                ck_assert_str_eq(config_flag_by_val(o[n].val), o[n].name);
+                n++;
+        }
+        for (size_t i = 0; i < ELEMENTSOF(wanted); i++) {
+                bool found = false;
+
+                for (size_t j = 0; j < n; j++)
+                        if (streq(o[j].name, wanted[i]))
+                                found = true;
+                ck_assert_msg(found, "flag --%s missing", wanted[i]);
+                ck_assert(config_flag_known(wanted[i]));
+        }
+        ck_assert(!config_flag_known("sharing"));
+}
+END_TEST
+
+static Suite *nvidia_config_suite(void) {
+        Suite *s = suite_create("nvidia-config");
+        TCase *tc = tcase_create("scalars");
+
+        tcase_add_test(tc, test_defaults);
+        tcase_add_test(tc, test_scalars_from_file);
+        tcase_add_test(tc, test_device_list_strategy_forms);
+        tcase_add_test(tc, test_helpers);
+        tcase_add_test(tc, test_shared_resource_name);
+        tcase_add_test(tc, test_env_beats_file_flag_beats_env);
+        tcase_add_test(tc, test_nvidia_own_keys_env_and_flags);
+        tcase_add_test(tc, test_env_and_flag_errors);
+        tcase_add_test(tc, test_scalar_errors);
+        tcase_add_test(tc, test_accepted_and_ignored);
+        tcase_add_test(tc, test_unsupported_values);
+        tcase_add_test(tc, test_getopt_table);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+int main(void) {
+        SRunner *sr = srunner_create(nvidia_config_suite());
+        int failed;
+
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
