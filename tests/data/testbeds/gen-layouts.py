@@ -71,6 +71,28 @@ def eight_gpus():
     ], blocks)
 
 
+def sixty_four_gpus():
+    # For the benchmark's scale rows (docs/PERFORMANCE.md): 64 x Max 1550 as in
+    # eight-gpus, 16 behind each of four root ports on NUMA 0-3: pci0000:17 (buses
+    # 0x18-0x27), pci0000:37 (0x38-0x47), pci0000:97 (0x98-0xa7), pci0000:b7 (0xb8-0xc7).
+    # card0..63, renderD128..191.
+    blocks = []
+    for i in range(64):
+        numa, k = divmod(i, 16)
+        base = (0x18, 0x38, 0x98, 0xb8)[numa]
+        root = 'pci0000:%02x' % (base - 1)
+        addr = '0000:%02x:00.0' % (base + k)
+        path = '/devices/%s/%s' % (root, addr)
+        blocks.append(pci_block(path, addr, 'i915', 0x0bd5, 0x038000, numa=numa))
+        blocks += drm_blocks(path, addr, i, 128 + i,
+                             ['A: lmem_total_bytes=%d' % (64 * GIB), 'A: gt/gt0/id=0', 'A: gt/gt1/id=1'])
+    write('sixty-four-gpus', [
+        'sixty-four-gpus: 64 x Max 1550 (0x0bd5, class 0x038000, i915) as in eight-gpus, 16 per',
+        'root port on NUMA 0-3: 0000:18-27:00.0 (pci0000:17), 0000:38-47:00.0 (pci0000:37),',
+        '0000:98-a7:00.0 (pci0000:97), 0000:b8-c7:00.0 (pci0000:b7); card0-63, renderD128-191.',
+    ], blocks)
+
+
 def sriov_layout(name, header, pfs):
     # pfs: list of (pf address, numa, card of the PF, number of VFs); VFs take the next
     # function numbers of the PF's slot (.1 .. .7, then the next device numbers).
@@ -122,3 +144,4 @@ sriov_layout('many-vfs', [
     'NUMA 1, VFs 0000:ca:00.1-0000:ca:02.0 (card18-33). 32 GPUs: gpu-numbers is split.',
 ], [('0000:4d:00.0', 0, 16), ('0000:ca:00.0', 1, 16)])
 integrated()
+sixty_four_gpus()

@@ -1,0 +1,108 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# check-bench-quick.py — the meson test bench-quick: runs kgpu-bench.py --quick and checks
+# that it ran every section and printed sane numbers. Never a timing threshold.
+#
+# Contract: runs the benchmark with the build tree of KGPU_BUILD_ROOT, then asserts: exit
+# status 0; the printed table has a row per target of issue 7; the JSON has every
+# section; every latency summary has n > 0 and 0 < min <= p50 <= p99 <= max < 60 s; memory
+# figures are positive and PSS <= RSS per daemon; wakeup counts are >= 0; the
+# ListAndWatch build ran for 4096 devices with a message of at least 4096 ids' bytes; the
+# 64x64 row advertised 4096 ids. Exit 0 pass, 1 fail, 77 skip (the bench could not start
+# a node here).
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROWS = ('Allocate p99 (grpcd -> broker -> SQLite)', 'GetPreferredAllocation p99, 8 GPUs',
+        'GetPreferredAllocation p99, 1024 shared ids', 'udev remove -> ListAndWatch p99',
+        'kubelet restart -> re-registered p99', 'cold start -> first resource registered',
+        'RSS of the three daemons, 8 GPUs', 'idle wakeups, no polling',
+        '64x64: Allocate p99 vs 8-GPU p99', 'ListAndWatch message built, 4096 devices')
+
+
+def fail(msg):
+    print('FAIL bench-quick: %s' % msg)
+    sys.exit(1)
+
+
+def check_summary(where, s):
+    if not isinstance(s, dict) or s.get('n', 0) <= 0:
+        fail('%s: no samples (%r)' % (where, s))
+    vals = [s['min_ms'], s['p50_ms'], s['p99_ms'], s['max_ms']]
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in vals):
+        fail('%s: not a number in %r' % (where, s))
+    if not (0 < vals[0] <= vals[1] <= vals[2] <= vals[3] < 60000):
+        fail('%s: insane latencies (min, p50, p99, max) = %r ms' % (where, vals))
+
+
+def summaries(obj, path=''):
+    """Every latency summary (a dict with p50_ms and n) in the results."""
+    if isinstance(obj, dict):
+        if 'p50_ms' in obj and 'n' in obj:
+            yield path, obj
+            return
+        for k, v in obj.items():
+            yield from summaries(v, path + '.' + str(k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from summaries(v, '%s[%d]' % (path, i))
+
+
+def main():
+    with tempfile.TemporaryDirectory(prefix='kgpu-bq-') as tmp:
+        out = os.path.join(tmp, 'bench.json')
+        r = subprocess.run([sys.executable, os.path.join(HERE, 'kgpu-bench.py'), '--quick', '--json', out],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=280)
+        text = r.stdout.decode(errors='replace')
+        print(text)
+        if r.returncode == 77:
+            print('SKIP bench-quick: the benchmark cannot run here')
+            sys.exit(77)
+        if r.returncode != 0:
+            fail('kgpu-bench.py exited %d' % r.returncode)
+        with open(out) as f:
+            res = json.load(f)
+
+    for row in ROWS:
+        if row not in text:
+            fail('the table has no row "%s"' % row)
+    for key in ('baseline', 'cold_start', 'node8', 'shared1024', 'law_build', 'scale', 'targets'):
+        if not res.get(key):
+            fail('section %s missing from the JSON' % key)
+    n = 0
+    for path, s in summaries(res):
+        check_summary(path, s)
+        n += 1
+    if n < 20:
+        fail('only %d latency summaries in the JSON' % n)
+    n8 = res['node8']
+    for name in ('probe', 'broker', 'grpc'):
+        m = n8['mem_idle'][name]
+        if not (0 < m['pss_kb'] <= m['rss_kb'] and m['private_kb'] > 0):
+            fail('%s: memory figures %r' % (name, m))
+        if n8['idle']['wakeups'][name] < 0:
+            fail('%s: negative wakeup count' % name)
+        if 'libc.so.6' not in n8['maps_idle'][name]:
+            fail('%s: no per-library breakdown' % name)
+    b = res['baseline']['mem_idle']
+    if not 0 < b['pss_kb'] <= b['rss_kb']:
+        fail('no-op plugin memory %r' % b)
+    law = res['law_build'].get('4096')
+    if not law or law['bytes'] < 4096 * len('0000:18:00.0-0'):
+        fail('ListAndWatch build for 4096 devices: %r' % law)
+    big = res['scale'].get('64x64')
+    if not big or big['ids'] != 4096 or big['law_bytes'] < 4096 * len('0000:18:00.0-0'):
+        fail('64x64 row: %r' % big)
+    if len(res['targets']) < len(ROWS):
+        fail('%d target rows, expected %d' % (len(res['targets']), len(ROWS)))
+    print('PASS bench-quick (%d latency summaries checked)' % n)
+
+
+if __name__ == '__main__':
+    main()
