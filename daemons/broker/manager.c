@@ -29,6 +29,7 @@
 #include "daemons/broker/broker-dbus.h"
 #include "daemons/broker/manager.h"
 #include "daemons/broker/inventory.h"
+#include "daemons/broker/mps-client.h"
 #include "daemons/broker/probe-client.h"
 #include "daemons/broker/reload.h"
 
@@ -110,6 +111,7 @@ Manager *manager_free(Manager *m) {
                 return NULL;
         probe_client_stop(m);
         sd_bus_flush_close_unref(m->bus);
+        mps_client_free(m->mps);
         sd_event_unref(m->event);
         store_free(m->store);
         free(m->store_error);

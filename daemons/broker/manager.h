@@ -46,6 +46,8 @@ typedef struct Manager {
         sd_bus_slot *probe_match_properties;
         sd_bus_slot *probe_sync_slot;   /* pending GetManagedObjects */
         bool probe_synced;              /* a GetManagedObjects reply was applied */
+
+        struct MpsClient *mps;          /* SetMps calls sent to the probe (mps-client.c) */
 } Manager;
 
 int manager_new(Config *config, Manager **ret);        /* takes config (also on failure); logs */

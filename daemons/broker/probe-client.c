@@ -19,6 +19,7 @@
 #include "daemons/broker/inventory.h"
 #include "daemons/broker/broker-dbus.h"
 #include "daemons/broker/manager.h"
+#include "daemons/broker/mps-client.h"
 #include "daemons/broker/probe-client.h"
 
 #define PROBE_STRING_MAX 256            /* Vendor, Driver, HealthReason, Product */
@@ -630,6 +631,8 @@ static int probe_remove_gpu(Manager *m, const char *path, char ***changed) {
 }
 
 static void probe_emit(Manager *m, char **changed) {
+        /* A new GPU, or one whose MPS plan changed (memory now known): SetMps where needed. */
+        (void) mps_client_sync(m, false);
         if (strv_length(changed) == 0)
                 return;
         inventory_save(m);      /* for a broker restarted while the probe is down */
@@ -776,6 +779,8 @@ static int on_get_managed_objects(sd_bus_message *reply, void *userdata, sd_bus_
         if (!m->probe_synced)
                 log_info("Inventory from %s: %zu GPU object(s).", KGPU_PROBE_BUS_NAME, m->resources->n_gpus);
         m->probe_synced = true;
+        /* The probe (re)appeared: it runs no MPS daemon until told (again). */
+        (void) mps_client_sync(m, true);
         probe_emit(m, changed);
         return 0;
 

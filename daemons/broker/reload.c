@@ -19,6 +19,7 @@
 #include "common/util.h"
 #include "daemons/broker/broker-dbus.h"
 #include "daemons/broker/manager.h"
+#include "daemons/broker/mps-client.h"
 #include "daemons/broker/reload.h"
 
 #define KGPU_ERROR_INVALID_CONFIG "io.kgpu.Error.InvalidConfig"
@@ -151,6 +152,7 @@ int broker_reload(Manager *m, char **ret_error) {
                  m->config->file ?: "defaults", strv_length(changed), strv_length(changed) > 0 ? ": " : "",
                  list ?: "");
         (void) broker_dbus_emit_resources_changed(m, changed);
+        (void) mps_client_sync(m, true);        /* MPS added, changed or removed */
         (void) sd_notify(false, "READY=1");
         manager_update_status(m);
         return 0;

@@ -19,6 +19,14 @@
 # KGPU_VALGRIND=1 (run each daemon under valgrind's memcheck, with a normal, non-ASan
 # build: any error or definite leak makes the daemon exit 99 and the test fail; the
 # reports are in logs/valgrind-<daemon>.<pid>.log).
+#
+# NVIDIA: Node(nvidia_scenario='h100-mig') points the probe at the fake tools of
+# tests/fake-nvidia (KGPU_NVIDIA_SMI, KGPU_NVIDIA_MPS_CONTROL) replaying
+# tests/data/nvidia/scenarios/<name>.json, with their command log and state file in the
+# node's temp directory (fake_nvidia.test_env; read them with nvidia_commands(),
+# nvidia_state(), make GPUs vanish with nvidia_set_lost()), and at a mig-minors file in
+# the driver's format (KGPU_NVIDIA_CAPS_MIG_MINORS). start() then also waits for
+# 'nvidia.com/gpu' unless `resources` names what to wait for.
 
 import atexit
 import contextlib
@@ -40,6 +48,10 @@ sys.path.insert(0, _HERE)
 
 import kubelet_sim  # noqa: E402
 
+FAKE_NVIDIA_DIR = os.path.join(_HERE, '..', 'fake-nvidia')
+sys.path.insert(0, FAKE_NVIDIA_DIR)
+import fake_nvidia  # noqa: E402
+
 SOURCE_ROOT = os.environ.get('KGPU_SOURCE_ROOT') or os.path.normpath(os.path.join(_HERE, '..', '..'))
 os.environ.setdefault('KGPU_SOURCE_ROOT', SOURCE_ROOT)
 
@@ -58,6 +70,29 @@ BROKER_BUS = 'io.kgpu.Broker1'
 BROKER_PATH = '/io/kgpu/Broker1'
 GRPC_USER = 'kgpu'
 BROKER_USER = 'kgpu-broker'
+RES_NVIDIA = 'nvidia.com/gpu'
+
+
+def mig_minors_text(n_gpus=8):
+    """/proc/driver/nvidia-caps/mig-minors as the driver writes it: config, monitor,
+    then per GPU 15 GPU instances with their access minor followed by 8 compute
+    instances each."""
+    lines = ['config 1', 'monitor 2']
+    minor = 3
+    for g in range(n_gpus):
+        for gi in range(15):
+            lines.append('gpu%d/gi%d/access %d' % (g, gi, minor))
+            minor += 1
+            for ci in range(8):
+                lines.append('gpu%d/gi%d/ci%d/access %d' % (g, gi, ci, minor))
+                minor += 1
+    return '\n'.join(lines) + '\n'
+
+
+def mig_cap_minor(gpu, gi, ci=None):
+    """The minor mig_minors_text() gives a GI (ci None) or a CI access node."""
+    base = 3 + gpu * 15 * 9 + gi * 9
+    return base if ci is None else base + 1 + ci
 
 
 VALGRIND = os.environ.get('KGPU_VALGRIND') == '1'
@@ -261,10 +296,12 @@ class Node:
 
     def __init__(self, build_root=None, layout='two-gpus', broker=True, grpcd=True, kubelet=True,
                  verbose=None, extra_env=None, config_extra='', broker_args=(), resources=None,
-                 bus_policy=''):
+                 bus_policy='', nvidia_scenario=None, nvidia_lost=None):
         # config_extra: YAML appended to kgpu.yaml; broker_args: extra kgpu-brokerd
         # arguments; resources: the resource names start() waits for (default: the
-        # two of layout "two-gpus").
+        # two of layout "two-gpus", plus nvidia.com/gpu with nvidia_scenario);
+        # nvidia_scenario: fake NVIDIA tools replaying that scenario (see the top);
+        # nvidia_lost: GPU indices lost from the start.
         self.build_root = build_root or find_build_root()
         # the simulator caches its generated python modules under the build tree
         os.environ.setdefault('KGPU_BUILD_ROOT', self.build_root)
@@ -278,7 +315,12 @@ class Node:
         self.bus_policy = bus_policy  # XML appended to the bus config (tests of in-daemon checks)
         self.config_extra = config_extra
         self.broker_args = list(broker_args)
-        self.resources = list(resources) if resources is not None else list(TWO_GPUS.keys())
+        self.nvidia_scenario = nvidia_scenario
+        self.nvidia_lost = nvidia_lost
+        if resources is not None:
+            self.resources = list(resources)
+        else:
+            self.resources = list(TWO_GPUS.keys()) + ([RES_NVIDIA] if nvidia_scenario else [])
         self.root = is_root()
         self.tmp = None
         self.t0 = time.monotonic()
@@ -357,6 +399,7 @@ class Node:
                     '  devicePluginPath: %s\n'
                     '  podResourcesSocket: %s\n' % (self.state_dir, self.plugin_dir,
                                                     self.pod_resources_socket))
+            f.write('# --- config_extra ---\n')
             f.write(self.config_extra)
         os.chmod(self.config_file, 0o644)
 
@@ -466,18 +509,57 @@ class Node:
         env.update(extra)
         return env
 
+    # --- NVIDIA (fake tools) -------------------------------------------------------------
+    def nvidia_env(self):
+        """The probe's environment for the fake NVIDIA tools ({} without a scenario)."""
+        if not self.nvidia_scenario:
+            return {}
+        minors = os.path.join(self.tmp, 'nvidia-caps-mig-minors')
+        if not os.path.exists(minors):
+            with open(minors, 'w') as f:
+                f.write(mig_minors_text())
+        env = fake_nvidia.test_env(self.nvidia_scenario, self.tmp, self.nvidia_lost)
+        env.update({
+            'KGPU_NVIDIA_SMI': os.path.join(os.path.abspath(FAKE_NVIDIA_DIR), 'nvidia-smi'),
+            'KGPU_NVIDIA_MPS_CONTROL': os.path.join(os.path.abspath(FAKE_NVIDIA_DIR), 'nvidia-cuda-mps-control'),
+            'KGPU_NVIDIA_CAPS_MIG_MINORS': minors,
+        })
+        return env
+
+    def nvidia_commands(self):
+        """Every command the fake tools received (fake_nvidia.read_commands)."""
+        return fake_nvidia.read_commands(self.tmp)
+
+    def nvidia_state(self):
+        """The fake tools' state: compute modes, MPS daemons and limits, lost GPUs."""
+        return fake_nvidia.read_state(self.tmp)
+
+    def nvidia_set_lost(self, indices):
+        """GPUs (by nvidia-smi index) lost from the next nvidia-smi call on; [] restores."""
+        if self.nvidia_lost is not None:
+            raise RuntimeError('nvidia_lost was given as an environment override; use the state file')
+        fake_nvidia.set_lost(self.tmp, indices)
+
+    def write_config_extra(self, extra):
+        """Replaces the YAML appended to kgpu.yaml (for reload tests)."""
+        with open(self.config_file) as f:
+            base = f.read().split('# --- config_extra ---\n')[0]
+        self.config_extra = extra
+        with open(self.config_file, 'w') as f:
+            f.write(base + '# --- config_extra ---\n' + extra)
+
     def start_probe(self):
         # An ASan build must accept a preload library ahead of its runtime.
         asan = os.environ.get('ASAN_OPTIONS', '')
         asan = (asan + ':' if asan else '') + 'verify_asan_link_order=0'
-        env = self._env({
+        env = self._env(dict(self.nvidia_env(), **{
             'ASAN_OPTIONS': asan,
             'LD_PRELOAD': 'libumockdev-preload.so.0',
             'UMOCKDEV_DIR': self.umockdev_dir,
             'KGPU_RUNTIME_DIRECTORY': os.path.join(self.tmp, 'run', 'probe'),
             'KGPU_LABELS_FEATURE_FILE': self.feature_file,
             'KGPU_CDI_SPEC_DIRECTORY': self.cdi_dir,
-        })
+        }))
         d = Daemon(self, 'probe', [self.bin('daemons', 'probe', 'kgpu-probed')], env).start()
         self.daemons['probe'] = d
         return d
