@@ -1,0 +1,761 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * mps.c — per-GPU NVIDIA MPS controller (see mps.h).
+ *
+ * Each GPU has an entry with its state, the limits in force, the operation under way and
+ * a FIFO of requests. An operation is a small state machine of steps, each one tool run
+ * whose callback parses the answer and starts the next step or ends the operation.
+ * Requests are started from a defer source, so mps_set() never calls back synchronously.
+ */
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "daemons/probe/mps.h"
+#include "daemons/probe/nvidia-runner.h"
+#include "daemons/probe/nvidia-smi.h"
+
+#define MPS_ENTRIES_MAX NVIDIA_GPUS_MAX
+#define MPS_OUTPUT_MAX  (64U * 1024U)
+
+extern char **environ;
+
+typedef enum OpKind {
+        OP_ENABLE,
+        OP_DISABLE,
+        OP_CHECK,
+        OP_RESTART,
+} OpKind;
+
+typedef enum Step {
+        STEP_COMPUTE_MODE,      /* -c EXCLUSIVE_PROCESS */
+        STEP_PROBE,             /* get_server_list: a daemon there already? */
+        STEP_START,             /* -d */
+        STEP_LIMITS,
+        STEP_QUIT,
+        STEP_COMPUTE_DEFAULT,   /* -c DEFAULT */
+        STEP_CHECK,             /* get_server_list: still alive? */
+} Step;
+
+typedef struct Op {
+        OpKind kind;
+        bool enabled;
+        uint32_t index;
+        uint64_t pinned_mib;
+        uint32_t pct;
+        Step step;
+        bool started;           /* ran -d in this operation */
+        MpsDoneCallback done;
+        void *userdata;
+        struct Op *next;
+} Op;
+
+typedef struct Entry {
+        Mps *mps;
+        char *uuid;
+        char *base_dir, *pipe_dir, *log_dir;
+        MpsState state;
+        uint64_t pinned_mib;    /* limits in force while running */
+        uint32_t pct;
+        bool restarted;         /* the health check restarted it once already */
+        Op *op;
+        NvidiaRun *run;
+        Op *queue;
+        unsigned n_queued;
+} Entry;
+
+struct Mps {
+        sd_event *event;
+        char *directory;
+        char *smi_path;
+        char *control_path;
+        uint64_t timeout_usec;
+        Entry **entries;
+        size_t n_entries;
+        sd_event_source *kick_source;
+        MpsStateCallback state_cb;
+        void *userdata;
+};
+
+static const char *strna(const char *s) {
+        return s ? s : "";
+}
+
+const char *mps_state_to_string(MpsState s) {
+        switch (s) {
+        case MPS_STATE_STARTING: return "starting";
+        case MPS_STATE_RUNNING:  return "running";
+        case MPS_STATE_FAILED:   return "failed";
+        default:                 return "";
+        }
+}
+
+static void op_free_list(Op *op, int error) {
+        while (op) {
+                Op *next = op->next;
+
+                if (op->done)
+                        op->done(NULL, error, "MPS controller shut down", op->userdata);
+                free(op);
+                op = next;
+        }
+}
+
+static Entry *entry_free(Entry *e) {
+        if (!e)
+                return NULL;
+        e->run = nvidia_run_free(e->run);
+        op_free_list(e->op, -ECANCELED);
+        op_free_list(e->queue, -ECANCELED);
+        free(e->uuid);
+        free(e->base_dir);
+        free(e->pipe_dir);
+        free(e->log_dir);
+        return mfree(e);
+}
+
+Mps *mps_free(Mps *m) {
+        if (!m)
+                return NULL;
+        for (size_t i = 0; i < m->n_entries; i++)
+                entry_free(m->entries[i]);
+        free(m->entries);
+        sd_event_source_disable_unref(m->kick_source);
+        sd_event_unref(m->event);
+        free(m->directory);
+        free(m->smi_path);
+        free(m->control_path);
+        return mfree(m);
+}
+
+static int on_kick(sd_event_source *s, void *userdata);
+
+int mps_new(sd_event *event, const char *mps_directory, MpsStateCallback state_cb, void *userdata, Mps **ret) {
+        _cleanup_(mps_freep) Mps *m = NULL;
+        int r;
+
+        if (!event || !ret || isempty(mps_directory) || mps_directory[0] != '/' || strlen(mps_directory) > 512)
+                return -EINVAL;
+        m = calloc(1, sizeof(Mps));
+        if (!m)
+                return -ENOMEM;
+        m->event = sd_event_ref(event);
+        m->state_cb = state_cb;
+        m->userdata = userdata;
+        m->directory = strdup(mps_directory);
+        if (!m->directory)
+                return -ENOMEM;
+        r = sd_event_add_defer(event, &m->kick_source, on_kick, m);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_description(m->kick_source, "mps-kick");
+        r = sd_event_source_set_enabled(m->kick_source, SD_EVENT_OFF);
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(m);
+        return 0;
+}
+
+int mps_set_tools(Mps *m, const char *smi_path, const char *control_path) {
+        if ((smi_path && smi_path[0] != '/') || (control_path && control_path[0] != '/'))
+                return -EINVAL;
+        if (free_and_strdup(&m->smi_path, smi_path) < 0 || free_and_strdup(&m->control_path, control_path) < 0)
+                return -ENOMEM;
+        return 0;
+}
+
+void mps_set_timeout(Mps *m, uint64_t usec) {
+        m->timeout_usec = usec;
+}
+
+int mps_request_validate(const MpsRequest *req, char **ret_message) {
+        char *msg = NULL;
+
+        if (!req || !nvidia_gpu_uuid_is_valid(req->uuid))
+                msg = strdup("Not an NVIDIA GPU UUID.");
+        else if (req->enabled && req->mig_enabled)
+                (void) asprintf(&msg, "GPU %s has MIG enabled: MPS needs a GPU without MIG.", req->uuid);
+        else if (req->enabled && (req->active_thread_percentage < 1 || req->active_thread_percentage > 100))
+                (void) asprintf(&msg, "Active thread percentage %" PRIu32 " is not within 1..100.",
+                                req->active_thread_percentage);
+        else if (req->enabled && req->pinned_memory_bytes < (UINT64_C(1) << 20))
+                (void) asprintf(&msg, "Pinned memory limit of %" PRIu64 " bytes is below 1 MiB.",
+                                req->pinned_memory_bytes);
+        else
+                return 0;
+        if (ret_message)
+                *ret_message = msg;
+        else
+                free(msg);
+        return -EINVAL;
+}
+
+static Entry *mps_find(Mps *m, const char *uuid) {
+        for (size_t i = 0; i < m->n_entries; i++)
+                if (streq(m->entries[i]->uuid, uuid))
+                        return m->entries[i];
+        return NULL;
+}
+
+MpsState mps_get_state(Mps *m, const char *uuid) {
+        Entry *e = m ? mps_find(m, uuid) : NULL;
+
+        return e ? e->state : MPS_STATE_OFF;
+}
+
+unsigned mps_pending(Mps *m) {
+        unsigned n = 0;
+
+        for (size_t i = 0; m && i < m->n_entries; i++)
+                n += (m->entries[i]->op ? 1 : 0) + m->entries[i]->n_queued;
+        return n;
+}
+
+static int mps_get_entry(Mps *m, const char *uuid, Entry **ret) {
+        _cleanup_free_ Entry *e = NULL;
+        Entry **a;
+
+        *ret = mps_find(m, uuid);
+        if (*ret)
+                return 0;
+        if (m->n_entries >= MPS_ENTRIES_MAX)
+                return -E2BIG;
+        e = calloc(1, sizeof(Entry));
+        if (!e)
+                return -ENOMEM;
+        e->mps = m;
+        if (!(e->uuid = strdup(uuid)) ||
+            asprintf(&e->base_dir, "%s/%s", m->directory, uuid) < 0 ||
+            asprintf(&e->pipe_dir, "%s/pipe", e->base_dir) < 0 ||
+            asprintf(&e->log_dir, "%s/log", e->base_dir) < 0) {
+                free(e->uuid);
+                free(e->base_dir);
+                free(e->pipe_dir);
+                return -ENOMEM;
+        }
+        a = reallocarray(m->entries, m->n_entries + 1, sizeof(Entry *));
+        if (!a) {
+                entry_free(TAKE_PTR(e));
+                return -ENOMEM;
+        }
+        m->entries = a;
+        m->entries[m->n_entries++] = e;
+        *ret = TAKE_PTR(e);
+        return 0;
+}
+
+static void entry_set_state(Entry *e, MpsState state, const char *message) {
+        if (e->state == state)
+                return;
+        e->state = state;
+        if (e->mps->state_cb)
+                e->mps->state_cb(e->mps, e->uuid, state, state == MPS_STATE_OFF ? "" : e->pipe_dir,
+                                 message, e->mps->userdata);
+}
+
+static void mps_schedule_kick(Mps *m) {
+        (void) sd_event_source_set_enabled(m->kick_source, SD_EVENT_ONESHOT);
+}
+
+/* The tool's answer as one printable line for a D-Bus error message and the log. */
+static char *tool_message(const char *what, const NvidiaRunResult *res, int error) {
+        _cleanup_free_ char *raw = NULL;
+        char *msg, *p;
+        size_t k = 0;
+
+        if (error == -ETIME)
+                (void) asprintf(&raw, "%s timed out", what);
+        else if (res && res->signal > 0)
+                (void) asprintf(&raw, "%s killed by signal %d: %s %s", what, res->signal, res->out, res->err);
+        else if (res)
+                (void) asprintf(&raw, "%s (exit status %d): %s %s", what, res->exit_status, res->out, res->err);
+        else
+                (void) asprintf(&raw, "%s failed: %s", what, strerror(-error));
+        if (!raw)
+                return NULL;
+        msg = malloc(MPS_MESSAGE_MAX + 1);
+        if (!msg)
+                return NULL;
+        for (p = raw; *p && k < MPS_MESSAGE_MAX; p++) {
+                unsigned char c = (unsigned char) *p;
+
+                if (c == '\n' || c == '\r' || c == '\t')
+                        c = ' ';
+                else if (c < 0x20 || c >= 0x7f)
+                        c = '?';
+                if (c == ' ' && (k == 0 || msg[k - 1] == ' '))
+                        continue;
+                msg[k++] = (char) c;
+        }
+        while (k > 0 && msg[k - 1] == ' ')
+                k--;
+        msg[k] = 0;
+        return msg;
+}
+
+static void entry_finish_op(Entry *e, int error, const char *message) {
+        Op *op = TAKE_PTR(e->op);
+
+        if (op && op->done)
+                op->done(e->mps, error, message, op->userdata);
+        free(op);
+        if (e->queue)
+                mps_schedule_kick(e->mps);
+}
+
+static void entry_op_begin(Entry *e);
+
+/* A health check found the daemon gone (or could not ask it): restart it once with its
+ * limits; gone again after that: failed. */
+static void entry_check_failed(Entry *e, int r, const char *msg) {
+        Op *op = e->op;
+
+        if (!e->restarted) {
+                e->restarted = true;
+                log_struct(LOG_WARNING, KGPU_MESSAGE_GPU_HEALTH,
+                           "MPS control daemon of GPU %s is gone (%s), restarting it with its limits.",
+                           e->uuid, strna(msg));
+                op->kind = OP_RESTART;
+                op->pinned_mib = e->pinned_mib;
+                op->pct = e->pct;
+                entry_op_begin(e);
+                return;
+        }
+        entry_set_state(e, MPS_STATE_FAILED, msg);
+        log_struct(LOG_WARNING, KGPU_MESSAGE_GPU_HEALTH,
+                   "MPS control daemon of GPU %s is gone again after its restart, MPS failed: %s", e->uuid,
+                   strna(msg));
+        entry_finish_op(e, r, msg);
+}
+
+static void entry_fail_op(Entry *e, int error, const char *message) {
+        Op *op = e->op;
+
+        if (op && op->kind == OP_CHECK) {
+                entry_check_failed(e, error, message);
+                return;
+        }
+        if (op)
+                entry_set_state(e, MPS_STATE_FAILED, message);
+        if (op && op->kind == OP_RESTART)
+                log_struct(LOG_WARNING, KGPU_MESSAGE_GPU_HEALTH,
+                           "MPS control daemon of GPU %s could not be restarted, MPS failed: %s", e->uuid,
+                           strna(message));
+        entry_finish_op(e, error, message);
+}
+
+static int mkdir_mode(const char *path) {
+        if (mkdir(path, 0755) < 0 && errno != EEXIST)
+                return -errno;
+        /* Whatever the umask was: containers must reach the socket. */
+        if (chmod(path, 0755) < 0)
+                return -errno;
+        return 0;
+}
+
+static int entry_make_dirs(Entry *e) {
+        _cleanup_free_ char *p = strdup(e->mps->directory);
+        int r;
+
+        if (!p)
+                return -ENOMEM;
+        /* Parents of the mps directory as needed, then the mps directory itself. */
+        for (char *s = p + 1; *s; s++) {
+                if (*s != '/')
+                        continue;
+                *s = 0;
+                if (mkdir(p, 0755) < 0 && errno != EEXIST)
+                        return -errno;
+                *s = '/';
+        }
+        if ((r = mkdir_mode(e->mps->directory)) < 0 ||
+            (r = mkdir_mode(e->base_dir)) < 0 ||
+            (r = mkdir_mode(e->pipe_dir)) < 0 ||
+            (r = mkdir_mode(e->log_dir)) < 0)
+                return r;
+        return 0;
+}
+
+/* Removes the files in dir (sockets, logs; no subdirectories expected), then dir. */
+static int remove_dir(const char *dir) {
+        _cleanup_close_ int fd = -EBADF;
+        DIR *d;
+        struct dirent *de;
+        int r = 0;
+
+        fd = open(dir, O_RDONLY|O_DIRECTORY|O_CLOEXEC|O_NOFOLLOW);
+        if (fd < 0)
+                return errno == ENOENT ? 0 : -errno;
+        d = fdopendir(fd);
+        if (!d)
+                return -errno;
+        TAKE_FD(fd);
+        while ((de = readdir(d))) {
+                if (streq(de->d_name, ".") || streq(de->d_name, ".."))
+                        continue;
+                if (unlinkat(dirfd(d), de->d_name, 0) < 0 && errno != ENOENT && r == 0)
+                        r = -errno;
+        }
+        closedir(d);
+        if (r < 0)
+                return r;
+        if (rmdir(dir) < 0 && errno != ENOENT)
+                return -errno;
+        return 0;
+}
+
+static int entry_remove_dirs(Entry *e) {
+        int r;
+
+        if ((r = remove_dir(e->pipe_dir)) < 0 || (r = remove_dir(e->log_dir)) < 0)
+                return r;
+        if (rmdir(e->base_dir) < 0 && errno != ENOENT)
+                return -errno;
+        return 0;
+}
+
+/* environ without the MPS variables, plus ours for this GPU. */
+static char **control_env(Entry *e) {
+        _cleanup_strv_free_ char **env = NULL;
+        char *s;
+
+        for (char **v = environ; v && *v; v++) {
+                if (startswith(*v, "CUDA_MPS_PIPE_DIRECTORY=") || startswith(*v, "CUDA_MPS_LOG_DIRECTORY=") ||
+                    startswith(*v, "CUDA_VISIBLE_DEVICES="))
+                        continue;
+                if (strv_extend(&env, *v) < 0)
+                        return NULL;
+        }
+        if (asprintf(&s, "CUDA_MPS_PIPE_DIRECTORY=%s", e->pipe_dir) < 0 || strv_consume(&env, s) < 0)
+                return NULL;
+        if (asprintf(&s, "CUDA_MPS_LOG_DIRECTORY=%s", e->log_dir) < 0 || strv_consume(&env, s) < 0)
+                return NULL;
+        if (asprintf(&s, "CUDA_VISIBLE_DEVICES=%s", e->uuid) < 0 || strv_consume(&env, s) < 0)
+                return NULL;
+        return TAKE_PTR(env);
+}
+
+static const char *step_name(Step s) {
+        switch (s) {
+        case STEP_COMPUTE_MODE:    return "nvidia-smi -c EXCLUSIVE_PROCESS";
+        case STEP_PROBE:           return "nvidia-cuda-mps-control get_server_list";
+        case STEP_START:           return "nvidia-cuda-mps-control -d";
+        case STEP_LIMITS:          return "nvidia-cuda-mps-control set_default_*";
+        case STEP_QUIT:            return "nvidia-cuda-mps-control quit";
+        case STEP_COMPUTE_DEFAULT: return "nvidia-smi -c DEFAULT";
+        case STEP_CHECK:           return "nvidia-cuda-mps-control get_server_list";
+        }
+        return "?";
+}
+
+static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, void *userdata);
+
+static void entry_run_step(Entry *e, Step step) {
+        _cleanup_strv_free_ char **env = NULL;
+        _cleanup_free_ char *stdin_text = NULL, *msg = NULL;
+        char index[16];
+        const char *path;
+        NvidiaRunOptions o = { .timeout_usec = e->mps->timeout_usec, .output_max = MPS_OUTPUT_MAX };
+        int r;
+
+        e->op->step = step;
+        (void) snprintf(index, sizeof(index), "%" PRIu32, e->op->index);
+
+        if (step == STEP_COMPUTE_MODE || step == STEP_COMPUTE_DEFAULT) {
+                char *argv[] = { (char *) "nvidia-smi", (char *) "-i", index, (char *) "-c",
+                                 (char *) (step == STEP_COMPUTE_MODE ? "EXCLUSIVE_PROCESS" : "DEFAULT"), NULL };
+
+                path = e->mps->smi_path;
+                r = path ? nvidia_run_start(e->mps->event, path, argv, &o, on_run_done, e, &e->run) : -ENOENT;
+        } else {
+                char *argv_d[] = { (char *) "nvidia-cuda-mps-control", (char *) "-d", NULL };
+                char *argv_in[] = { (char *) "nvidia-cuda-mps-control", NULL };
+
+                switch (step) {
+                case STEP_PROBE:
+                case STEP_CHECK:
+                        stdin_text = strdup("get_server_list\n");
+                        break;
+                case STEP_LIMITS:
+                        (void) asprintf(&stdin_text,
+                                        "set_default_device_pinned_mem_limit 0 %" PRIu64 "M\n"
+                                        "set_default_active_thread_percentage %" PRIu32 "\n",
+                                        e->op->pinned_mib, e->op->pct);
+                        break;
+                case STEP_QUIT:
+                        stdin_text = strdup("quit\n");
+                        break;
+                default:
+                        break;
+                }
+                env = control_env(e);
+                if (!env || (step != STEP_START && !stdin_text)) {
+                        entry_fail_op(e, -ENOMEM, "Out of memory.");
+                        return;
+                }
+                o.env = env;
+                o.stdin_data = stdin_text;
+                o.stdin_len = stdin_text ? strlen(stdin_text) : 0;
+                path = e->mps->control_path;
+                r = path ? nvidia_run_start(e->mps->event, path, step == STEP_START ? argv_d : argv_in, &o,
+                                            on_run_done, e, &e->run)
+                         : -ENOENT;
+        }
+        if (r < 0) {
+                if (!path)
+                        (void) asprintf(&msg, "%s: the tool was not found", step_name(step));
+                else
+                        (void) asprintf(&msg, "%s: cannot run %s: %s", step_name(step), path, strerror(-r));
+                entry_fail_op(e, r, msg ? msg : "Out of memory.");
+        }
+}
+
+static void entry_op_begin(Entry *e) {
+        Op *op = e->op;
+        int r;
+
+        switch (op->kind) {
+        case OP_ENABLE:
+                if (e->state == MPS_STATE_RUNNING) {
+                        if (op->pinned_mib == e->pinned_mib && op->pct == e->pct) {
+                                entry_finish_op(e, 0, NULL);
+                                return;
+                        }
+                        entry_run_step(e, STEP_LIMITS);
+                        return;
+                }
+                entry_set_state(e, MPS_STATE_STARTING, NULL);
+                entry_run_step(e, STEP_COMPUTE_MODE);
+                return;
+        case OP_DISABLE:
+                if (e->state == MPS_STATE_OFF && access(e->base_dir, F_OK) < 0) {
+                        entry_finish_op(e, 0, NULL);
+                        return;
+                }
+                entry_run_step(e, STEP_QUIT);
+                return;
+        case OP_CHECK:
+                entry_run_step(e, STEP_CHECK);
+                return;
+        case OP_RESTART:
+                r = entry_make_dirs(e);
+                if (r < 0) {
+                        entry_fail_op(e, r, "Cannot create the MPS directories.");
+                        return;
+                }
+                entry_run_step(e, STEP_START);
+                return;
+        }
+}
+
+static void entry_kick(Entry *e) {
+        if (e->op || !e->queue)
+                return;
+        e->op = e->queue;
+        e->queue = e->op->next;
+        e->op->next = NULL;
+        e->n_queued--;
+        entry_op_begin(e);
+}
+
+static int on_kick(sd_event_source *s, void *userdata) {
+        Mps *m = userdata;
+
+        for (size_t i = 0; i < m->n_entries; i++)
+                entry_kick(m->entries[i]);
+        return 0;
+}
+
+static void entry_enabled_ok(Entry *e) {
+        e->pinned_mib = e->op->pinned_mib;
+        e->pct = e->op->pct;
+        if (e->op->kind == OP_ENABLE)
+                e->restarted = false;
+        entry_set_state(e, MPS_STATE_RUNNING, NULL);
+        entry_finish_op(e, 0, NULL);
+}
+
+static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, void *userdata) {
+        /* Freed when this returns: res points into it; the next step has its own run. */
+        _cleanup_(nvidia_run_freep) NvidiaRun *finished = run;
+        Entry *e = userdata;
+        Op *op = e->op;
+        _cleanup_free_ char *msg = NULL, *perr = NULL;
+        NvidiaComputeMode mode = NVIDIA_COMPUTE_MODE_UNKNOWN;
+        int r;
+
+        e->run = NULL;
+        msg = tool_message(step_name(op->step), error < 0 ? NULL : res, error);
+        if (error < 0) {
+                r = error;
+                goto fail_or_dead;
+        }
+
+        switch (op->step) {
+        case STEP_COMPUTE_MODE:
+        case STEP_COMPUTE_DEFAULT: {
+                NvidiaComputeMode want = op->step == STEP_COMPUTE_MODE ? NVIDIA_COMPUTE_MODE_EXCLUSIVE_PROCESS
+                                                                        : NVIDIA_COMPUTE_MODE_DEFAULT;
+
+                r = res->exit_status == 0 ? nvidia_smi_parse_compute_mode_reply(res->out, res->out_len, &mode, &perr)
+                                          : -EIO;
+                if (r >= 0 && mode != want)
+                        r = -EBADMSG;
+                if (r < 0)
+                        goto fail;
+                if (op->step == STEP_COMPUTE_DEFAULT) {
+                        r = entry_remove_dirs(e);
+                        if (r < 0) {
+                                free(msg);
+                                msg = NULL;
+                                (void) asprintf(&msg, "Cannot remove %s: %s", e->base_dir, strerror(-r));
+                                goto fail;
+                        }
+                        entry_set_state(e, MPS_STATE_OFF, NULL);
+                        e->restarted = false;
+                        entry_finish_op(e, 0, NULL);
+                        break;
+                }
+                r = entry_make_dirs(e);
+                if (r < 0) {
+                        free(msg);
+                        msg = NULL;
+                        (void) asprintf(&msg, "Cannot create %s: %s", e->pipe_dir, strerror(-r));
+                        goto fail;
+                }
+                entry_run_step(e, STEP_PROBE);
+                break;
+        }
+        case STEP_PROBE:
+        case STEP_CHECK: {
+                _cleanup_free_ pid_t *pids = NULL;
+                size_t n = 0;
+
+                if (res->exit_status == 0 &&
+                    nvidia_mps_parse_server_list(res->out, res->out_len, &pids, &n, NULL) >= 0) {
+                        /* A daemon serves this pipe directory. */
+                        if (op->step == STEP_PROBE)
+                                entry_run_step(e, STEP_LIMITS);
+                        else
+                                entry_finish_op(e, 0, NULL);
+                        break;
+                }
+                r = nvidia_mps_parse_reply(res->out, res->out_len, NULL);
+                if (r == -ESRCH && op->step == STEP_PROBE) {
+                        entry_run_step(e, STEP_START);
+                        break;
+                }
+                if (r >= 0)
+                        r = -EBADMSG;
+                goto fail_or_dead;
+        }
+        case STEP_START:
+                if (res->exit_status != 0) {
+                        r = -EIO;
+                        goto fail;
+                }
+                op->started = true;
+                entry_run_step(e, STEP_LIMITS);
+                break;
+        case STEP_LIMITS:
+                r = nvidia_mps_parse_reply(res->out, res->out_len, &perr);
+                if (r >= 0 && res->exit_status != 0)
+                        r = -EIO;
+                if (r == -ESRCH && !op->started) {
+                        /* The daemon we thought running is gone: start it. */
+                        entry_run_step(e, STEP_START);
+                        break;
+                }
+                if (r < 0)
+                        goto fail;
+                entry_enabled_ok(e);
+                break;
+        case STEP_QUIT:
+                r = nvidia_mps_parse_reply(res->out, res->out_len, &perr);
+                if (r >= 0 && res->exit_status != 0)
+                        r = -EIO;
+                if (r < 0 && r != -ESRCH)
+                        goto fail;
+                entry_run_step(e, STEP_COMPUTE_DEFAULT);
+                break;
+        }
+        return;
+
+fail_or_dead:
+        if (op->kind == OP_CHECK) {
+                entry_check_failed(e, r, msg);
+                return;
+        }
+fail:
+        entry_fail_op(e, r, msg ? msg : "Out of memory.");
+}
+
+int mps_set(Mps *m, const MpsRequest *req, MpsDoneCallback done, void *userdata) {
+        Entry *e;
+        Op *op, **tail;
+        int r;
+
+        if (!m || !req)
+                return -EINVAL;
+        r = mps_request_validate(req, NULL);
+        if (r < 0)
+                return r;
+        r = mps_get_entry(m, req->uuid, &e);
+        if (r < 0)
+                return r;
+        if (e->n_queued >= MPS_QUEUE_MAX)
+                return -EBUSY;
+        op = calloc(1, sizeof(Op));
+        if (!op)
+                return -ENOMEM;
+        *op = (Op) {
+                .kind = req->enabled ? OP_ENABLE : OP_DISABLE,
+                .enabled = req->enabled,
+                .index = req->index,
+                .pinned_mib = req->pinned_memory_bytes >> 20,
+                .pct = req->active_thread_percentage,
+                .done = done,
+                .userdata = userdata,
+        };
+        for (tail = &e->queue; *tail; tail = &(*tail)->next)
+                ;
+        *tail = op;
+        e->n_queued++;
+
+        /* A health check in progress gives way: it only reads. */
+        if (e->op && e->op->kind == OP_CHECK) {
+                e->run = nvidia_run_free(e->run);
+                e->op = mfree(e->op);
+        }
+        mps_schedule_kick(m);
+        return 0;
+}
+
+int mps_check_all(Mps *m) {
+        int n = 0;
+
+        for (size_t i = 0; i < m->n_entries; i++) {
+                Entry *e = m->entries[i];
+                Op *op;
+
+                if (e->state != MPS_STATE_RUNNING || e->op || e->queue)
+                        continue;
+                op = calloc(1, sizeof(Op));
+                if (!op)
+                        return -ENOMEM;
+                *op = (Op) { .kind = OP_CHECK, .index = 0 };
+                e->op = op;
+                entry_op_begin(e);
+                n++;
+        }
+        return n;
+}

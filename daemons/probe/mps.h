@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * mps.h — the probe's per-GPU NVIDIA MPS controller (Probe1.SetMps), on sd-event.
+ *
+ * Every step runs an NVIDIA tool through nvidia-runner (never blocking the loop):
+ *   enable:  nvidia-smi -i <index> -c EXCLUSIVE_PROCESS (reply checked), directories
+ *            <mps dir>/<uuid>/{pipe,log} (0755), `get_server_list` to the control tool
+ *            to find a daemon already serving that pipe directory (re-adoption), else
+ *            `nvidia-cuda-mps-control -d` with CUDA_MPS_PIPE_DIRECTORY,
+ *            CUDA_MPS_LOG_DIRECTORY and CUDA_VISIBLE_DEVICES=<uuid>, then the limits on
+ *            the control tool's stdin in one run:
+ *              set_default_device_pinned_mem_limit 0 <MiB>M
+ *              set_default_active_thread_percentage <pct>
+ *            State "starting" while this runs, "running" at the end.
+ *            Again with other limits while running: only the limits are sent; with the
+ *            same limits: nothing is run.
+ *   disable: `quit` to the daemon ("no daemon" is fine), nvidia-smi -i <index> -c DEFAULT
+ *            (reply checked), directories removed; state "" (off). A GPU that is off
+ *            but still has its directories (a daemon left by an earlier probe) is
+ *            disabled the same way; one without them: nothing is run.
+ *   check:   (mps_check_all(), on the probe's health tick) `get_server_list` to every
+ *            running daemon; one that is gone is restarted once (-d, then its limits);
+ *            gone again later, or the restart failing: state "failed".
+ * The pipe directory is mounted into the containers of MPS slices (the broker's
+ * Allocate answer), whose CUDA clients connect to the control daemon's socket in it:
+ * the directories are 0755 so any container uid can reach the socket; the daemon
+ * creates its sockets with its own modes.
+ * On probe exit the daemons are left running: pods using MPS keep their server while
+ * the probe restarts; the broker calls SetMps again when the probe reappears and the
+ * enable path above re-adopts the running daemon (get_server_list answers) and re-sends
+ * its limits; a config without MPS for it disables it (directories present).
+ *
+ * Requests for one GPU run one at a time in arrival order (a queue of at most
+ * MPS_QUEUE_MAX per GPU; a running health check is abandoned for a request).
+ * mps_set() returns at once; its callback runs exactly once from the event loop with 0,
+ * or a negative errno and a one-line message holding the tool's output (printable
+ * ASCII, at most MPS_MESSAGE_MAX bytes); or with -ECANCELED from mps_free(). A failed
+ * enable or disable leaves the GPU "failed". The state callback reports every state
+ * change (pipe directory "" when off; message set for "failed").
+ * Errors of mps_set(): -EINVAL (see mps_request_validate()), -EBUSY queue full, -ENOMEM.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <systemd/sd-event.h>
+
+#include "common/cleanup.h"
+
+#define MPS_QUEUE_MAX   16U
+#define MPS_MESSAGE_MAX 1024U
+
+typedef enum MpsState {
+        MPS_STATE_OFF,
+        MPS_STATE_STARTING,
+        MPS_STATE_RUNNING,
+        MPS_STATE_FAILED,
+} MpsState;
+
+typedef struct Mps Mps;
+
+typedef struct MpsRequest {
+        const char *uuid;               /* GPU UUID: names the directories, CUDA_VISIBLE_DEVICES */
+        uint32_t index;                 /* nvidia-smi -i */
+        bool mig_enabled;               /* refused: MPS needs a GPU without MIG */
+        bool enabled;
+        uint64_t pinned_memory_bytes;   /* enabled: at least 1 MiB (sent in whole MiB) */
+        uint32_t active_thread_percentage; /* enabled: 1..100 */
+} MpsRequest;
+
+typedef void (*MpsDoneCallback)(Mps *mps, int error, const char *message, void *userdata);
+typedef void (*MpsStateCallback)(Mps *mps, const char *uuid, MpsState state, const char *pipe_directory,
+                                 const char *message, void *userdata);
+
+/* "", "starting", "running", "failed" (the Gpu1.MpsState values). */
+const char *mps_state_to_string(MpsState s);
+
+/* mps_directory: "<runtime directory>/mps" (absolute). */
+int mps_new(sd_event *event, const char *mps_directory, MpsStateCallback state_cb, void *userdata, Mps **ret);
+/* Kills tools still running (not the MPS daemons), cancels requests. */
+Mps *mps_free(Mps *m);
+DEFINE_CLEANUP_FUNC(Mps, mps_free);
+
+/* The tools (absolute paths; NULL: not found, every step needing it fails). */
+int mps_set_tools(Mps *m, const char *smi_path, const char *control_path);
+/* Per tool run; 0: the runner's default. */
+void mps_set_timeout(Mps *m, uint64_t usec);
+
+/* -EINVAL with a message (caller frees) for: a UUID that is no GPU UUID; enabled with a
+ * MIG-enabled GPU, a percentage outside 1..100 or less than 1 MiB of pinned memory. */
+int mps_request_validate(const MpsRequest *req, char **ret_message);
+
+int mps_set(Mps *m, const MpsRequest *req, MpsDoneCallback done, void *userdata);
+
+/* Starts a check of every running daemon not busy. Returns how many were started. */
+int mps_check_all(Mps *m);
+
+MpsState mps_get_state(Mps *m, const char *uuid);
+/* Tool runs and requests under way or queued, over all GPUs (tests run the loop until 0). */
+unsigned mps_pending(Mps *m);

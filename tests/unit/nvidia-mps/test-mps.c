@@ -1,0 +1,545 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * test-mps.c — the probe's MPS controller (daemons/probe/mps.c) driving the fake
+ * nvidia-smi and nvidia-cuda-mps-control of tests/fake-nvidia/: the exact commands, their
+ * environment, limits and order (from the fake's command log), the fake's state (compute
+ * mode, daemon, limits), the directories, state changes, re-adoption by a new
+ * controller, the request queue, and failures: a missing tool, a MIG GPU refusing the
+ * compute mode, a daemon dying (restarted once with its limits, then "failed").
+ */
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "daemons/probe/mps.h"
+
+#define UUID "GPU-00000000-0000-0000-0000-000000000000"
+#define GIB (UINT64_C(1) << 30)
+
+static char tmpdir[] = "/tmp/test-mps-XXXXXX";
+static char *fake_smi, *fake_mps, *log_path, *state_path, *mps_dir, *pipe_dir, *log_dir;
+static sd_event *event;
+
+typedef struct Done {
+        int calls;
+        int error;
+        char *message;
+        int order;              /* global completion counter when it ran */
+} Done;
+
+static int completions;
+
+typedef struct States {
+        char seen[256];         /* "starting,running,..." */
+        char last_pipe[256];
+        char last_message[1100];
+} States;
+
+static States states;
+
+static void on_done(Mps *m, int error, const char *message, void *userdata) {
+        Done *d = userdata;
+
+        d->calls++;
+        d->error = error;
+        free(d->message);
+        d->message = message ? strdup(message) : NULL;
+        d->order = ++completions;
+}
+
+static void on_state(Mps *m, const char *uuid, MpsState state, const char *pipe, const char *message, void *userdata) {
+        const char *s = mps_state_to_string(state);
+
+        ck_assert_str_eq(uuid, UUID);
+        if (states.seen[0])
+                strncat(states.seen, ",", sizeof(states.seen) - strlen(states.seen) - 1);
+        strncat(states.seen, *s ? s : "off", sizeof(states.seen) - strlen(states.seen) - 1);
+        snprintf(states.last_pipe, sizeof(states.last_pipe), "%s", pipe);
+        snprintf(states.last_message, sizeof(states.last_message), "%s", message ? message : "");
+}
+
+static void run_until_idle(Mps *m) {
+        uint64_t deadline = now_usec(CLOCK_MONOTONIC) + 60ULL * 1000 * 1000;
+
+        while (mps_pending(m) > 0) {
+                ck_assert_uint_lt(now_usec(CLOCK_MONOTONIC), deadline);
+                ck_assert_int_ge(sd_event_run(event, 100 * 1000), 0);
+        }
+        /* Deferred kicks with nothing queued are harmless; one more round settles them. */
+        ck_assert_int_ge(sd_event_run(event, 0), 0);
+}
+
+static char *slurp(const char *path) {
+        char *s = NULL;
+
+        if (read_one_line_file_at(AT_FDCWD, path, 1 << 20, &s) < 0)
+                return strdup("");
+        return s;
+}
+
+/* The command log since the last call (then emptied). */
+static char *take_commands(void) {
+        char *s = slurp(log_path);
+
+        (void) truncate(log_path, 0);
+        return s;
+}
+
+static void setup(void) {
+        const char *root = getenv("KGPU_SOURCE_ROOT");
+
+        ck_assert_ptr_nonnull(root);
+        ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+        ck_assert_int_ge(asprintf(&fake_smi, "%s/tests/fake-nvidia/nvidia-smi", root), 0);
+        ck_assert_int_ge(asprintf(&fake_mps, "%s/tests/fake-nvidia/nvidia-cuda-mps-control", root), 0);
+        ck_assert_int_ge(asprintf(&log_path, "%s/commands.log", tmpdir), 0);
+        ck_assert_int_ge(asprintf(&state_path, "%s/state.json", tmpdir), 0);
+        ck_assert_int_ge(asprintf(&mps_dir, "%s/run/mps", tmpdir), 0);
+        ck_assert_int_ge(asprintf(&pipe_dir, "%s/" UUID "/pipe", mps_dir), 0);
+        ck_assert_int_ge(asprintf(&log_dir, "%s/" UUID "/log", mps_dir), 0);
+        setenv("KGPU_FAKE_NVIDIA_LOG", log_path, 1);
+        setenv("KGPU_FAKE_NVIDIA_STATE", state_path, 1);
+        setenv("KGPU_FAKE_NVIDIA_SCENARIO", "l40s", 1);
+        unsetenv("KGPU_FAKE_NVIDIA_LOST");
+        unsetenv("KGPU_FAKE_NVIDIA_DELAY");
+        /* Must not leak into the tool's environment. */
+        setenv("CUDA_VISIBLE_DEVICES", "GPU-ffffffff-ffff-ffff-ffff-ffffffffffff", 1);
+        setenv("CUDA_MPS_PIPE_DIRECTORY", "/nonexistent", 1);
+        ck_assert_int_ge(sd_event_new(&event), 0);
+        memset(&states, 0, sizeof(states));
+        completions = 0;
+}
+
+static void teardown(void) {
+        _cleanup_free_ char *cmd = NULL;
+
+        event = sd_event_unref(event);
+        ck_assert_int_ge(asprintf(&cmd, "rm -rf '%s'", tmpdir), 0);
+        (void) system(cmd);
+        strcpy(tmpdir, "/tmp/test-mps-XXXXXX");
+        fake_smi = mfree(fake_smi);
+        fake_mps = mfree(fake_mps);
+        log_path = mfree(log_path);
+        state_path = mfree(state_path);
+        mps_dir = mfree(mps_dir);
+        pipe_dir = mfree(pipe_dir);
+        log_dir = mfree(log_dir);
+}
+
+static Mps *new_mps(void) {
+        Mps *m = NULL;
+
+        ck_assert_int_eq(mps_new(event, mps_dir, on_state, NULL, &m), 0);
+        ck_assert_int_eq(mps_set_tools(m, fake_smi, fake_mps), 0);
+        return m;
+}
+
+static int set_and_wait(Mps *m, bool enabled, uint64_t pinned, uint32_t pct, char **ret_message) {
+        MpsRequest req = { .uuid = UUID, .index = 0, .enabled = enabled, .pinned_memory_bytes = pinned,
+                           .active_thread_percentage = pct };
+        Done d = {};
+
+        ck_assert_int_eq(mps_set(m, &req, on_done, &d), 0);
+        /* Never synchronous. */
+        ck_assert_int_eq(d.calls, 0);
+        run_until_idle(m);
+        ck_assert_int_eq(d.calls, 1);
+        if (ret_message)
+                *ret_message = d.message;
+        else
+                free(d.message);
+        return d.error;
+}
+
+static char *expect_line_ctl(const char *args) {
+        char *s;
+
+        ck_assert_int_ge(asprintf(&s, "nvidia-cuda-mps-control%s [CUDA_MPS_PIPE_DIRECTORY=%s CUDA_VISIBLE_DEVICES=" UUID "]",
+                                  args, pipe_dir), 0);
+        return s;
+}
+
+static void assert_mode_0755(const char *path) {
+        struct stat st;
+
+        ck_assert_int_eq(stat(path, &st), 0);
+        ck_assert(S_ISDIR(st.st_mode));
+        ck_assert_uint_eq(st.st_mode & 07777, 0755);
+}
+
+/* Kills the fake daemon behind our back (as a crash would), keeping the command log clean. */
+static void kill_daemon(void) {
+        _cleanup_free_ char *cmd = NULL;
+
+        ck_assert_int_ge(asprintf(&cmd, "printf 'quit\\n' | env -u KGPU_FAKE_NVIDIA_LOG CUDA_MPS_PIPE_DIRECTORY='%s' '%s' >/dev/null",
+                                  pipe_dir, fake_mps), 0);
+        ck_assert_int_eq(system(cmd), 0);
+}
+
+START_TEST(test_enable_change_disable) {
+        _cleanup_(mps_freep) Mps *m = new_mps();
+        _cleanup_free_ char *cmds = NULL, *state = NULL, *want = NULL, *ctl = expect_line_ctl(""),
+                            *ctl_d = expect_line_ctl(" -d"), *control_log = NULL, *p = NULL;
+
+        ck_assert_int_eq(mps_get_state(m, UUID), MPS_STATE_OFF);
+        ck_assert_int_eq(set_and_wait(m, true, 2 * GIB, 50, NULL), 0);
+        ck_assert_int_eq(mps_get_state(m, UUID), MPS_STATE_RUNNING);
+        ck_assert_str_eq(states.seen, "starting,running");
+        ck_assert_str_eq(states.last_pipe, pipe_dir);
+
+        cmds = take_commands();
+        ck_assert_int_ge(asprintf(&want,
+                                  "nvidia-smi -i 0 -c EXCLUSIVE_PROCESS\n"
+                                  "%s\n"
+                                  "nvidia-cuda-mps-control < get_server_list\n"
+                                  "%s\n"
+                                  "%s\n"
+                                  "nvidia-cuda-mps-control < set_default_device_pinned_mem_limit 0 2048M\n"
+                                  "nvidia-cuda-mps-control < set_default_active_thread_percentage 50",
+                                  ctl, ctl_d, ctl), 0);
+        ck_assert_str_eq(cmds, want);
+
+        state = slurp(state_path);
+        ck_assert_ptr_nonnull(strstr(state, "\"0\": \"Exclusive_Process\""));
+        ck_assert_ptr_nonnull(strstr(state, "\"active_thread_percentage\": \"50\""));
+        ck_assert_ptr_nonnull(strstr(state, "\"0\": \"2048M\""));
+        ck_assert_ptr_nonnull(strstr(state, "\"running\": true"));
+        ck_assert_ptr_nonnull(strstr(state, "\"visible\": \"" UUID "\""));
+
+        assert_mode_0755(mps_dir);
+        assert_mode_0755(pipe_dir);
+        assert_mode_0755(log_dir);
+        /* The daemon got CUDA_MPS_LOG_DIRECTORY: it wrote its control.log there. */
+        ck_assert_int_ge(asprintf(&p, "%s/control.log", log_dir), 0);
+        control_log = slurp(p);
+        ck_assert_ptr_nonnull(strstr(control_log, "Starting control daemon"));
+
+        /* Same limits: nothing to do. */
+        ck_assert_int_eq(set_and_wait(m, true, 2 * GIB, 50, NULL), 0);
+        free(cmds);
+        cmds = take_commands();
+        ck_assert_str_eq(cmds, "");
+
+        /* Other limits: sent to the running daemon, nothing else. */
+        ck_assert_int_eq(set_and_wait(m, true, 4 * GIB + 12345, 25, NULL), 0);
+        free(cmds);
+        cmds = take_commands();
+        free(want);
+        ck_assert_int_ge(asprintf(&want,
+                                  "%s\n"
+                                  "nvidia-cuda-mps-control < set_default_device_pinned_mem_limit 0 4096M\n"
+                                  "nvidia-cuda-mps-control < set_default_active_thread_percentage 25", ctl), 0);
+        ck_assert_str_eq(cmds, want);
+        free(state);
+        state = slurp(state_path);
+        ck_assert_ptr_nonnull(strstr(state, "\"0\": \"4096M\""));
+        ck_assert_ptr_nonnull(strstr(state, "\"active_thread_percentage\": \"25\""));
+        ck_assert_str_eq(states.seen, "starting,running");
+
+        /* Disable: quit, compute mode Default, directories gone. */
+        ck_assert_int_eq(set_and_wait(m, false, 0, 0, NULL), 0);
+        ck_assert_int_eq(mps_get_state(m, UUID), MPS_STATE_OFF);
+        ck_assert_str_eq(states.seen, "starting,running,off");
+        ck_assert_str_eq(states.last_pipe, "");
+        free(cmds);
+        cmds = take_commands();
+        free(want);
+        ck_assert_int_ge(asprintf(&want, "%s\nnvidia-cuda-mps-control < quit\nnvidia-smi -i 0 -c DEFAULT", ctl), 0);
+        ck_assert_str_eq(cmds, want);
+        free(state);
+        state = slurp(state_path);
+        ck_assert_ptr_nonnull(strstr(state, "\"0\": \"Default\""));
+        ck_assert_ptr_nonnull(strstr(state, "\"running\": false"));
+        ck_assert_int_lt(access(pipe_dir, F_OK), 0);
+        free(p);
+        ck_assert_int_ge(asprintf(&p, "%s/" UUID, mps_dir), 0);
+        ck_assert_int_lt(access(p, F_OK), 0);
+
+        /* Disable again: idempotent, nothing run. */
+        ck_assert_int_eq(set_and_wait(m, false, 0, 0, NULL), 0);
+        free(cmds);
+        cmds = take_commands();
+        ck_assert_str_eq(cmds, "");
+}
+END_TEST
+
+START_TEST(test_readopt_after_restart) {
+        _cleanup_free_ char *cmds = NULL, *want = NULL, *ctl = expect_line_ctl("");
+        Mps *m = new_mps();
+
+        ck_assert_int_eq(set_and_wait(m, true, 2 * GIB, 50, NULL), 0);
+        /* The probe exits: its daemons stay. */
+        m = mps_free(m);
+        free(take_commands());
+
+        /* A new probe: the broker sends SetMps again; the daemon is re-adopted, not started. */
+        m = new_mps();
+        ck_assert_int_eq(set_and_wait(m, true, 2 * GIB, 50, NULL), 0);
+        ck_assert_int_eq(mps_get_state(m, UUID), MPS_STATE_RUNNING);
+        cmds = take_commands();
+        ck_assert_int_ge(asprintf(&want,
+                                  "nvidia-smi -i 0 -c EXCLUSIVE_PROCESS\n"
+                                  "%s\n"
+                                  "nvidia-cuda-mps-control < get_server_list\n"
+                                  "%s\n"
+                                  "nvidia-cuda-mps-control < set_default_device_pinned_mem_limit 0 2048M\n"
+                                  "nvidia-cuda-mps-control < set_default_active_thread_percentage 50",
+                                  ctl, ctl), 0);
+        ck_assert_str_eq(cmds, want);
+        m = mps_free(m);
+
+        /* A new probe whose config has no MPS for it: disabled although its state was off. */
+        m = new_mps();
+        ck_assert_int_eq(set_and_wait(m, false, 0, 0, NULL), 0);
+        free(cmds);
+        cmds = take_commands();
+        free(want);
+        ck_assert_int_ge(asprintf(&want, "%s\nnvidia-cuda-mps-control < quit\nnvidia-smi -i 0 -c DEFAULT", ctl), 0);
+        ck_assert_str_eq(cmds, want);
+        ck_assert_int_lt(access(pipe_dir, F_OK), 0);
+        mps_free(m);
+}
+END_TEST
+
+START_TEST(test_tool_missing) {
+        _cleanup_(mps_freep) Mps *m = new_mps();
+        _cleanup_free_ char *msg = NULL, *missing = NULL;
+
+        ck_assert_int_ge(asprintf(&missing, "%s/no-such-tool", tmpdir), 0);
+        ck_assert_int_eq(mps_set_tools(m, fake_smi, missing), 0);
+        ck_assert_int_lt(set_and_wait(m, true, 2 * GIB, 50, &msg), 0);
+        ck_assert_ptr_nonnull(msg);
+        ck_assert_msg(strstr(msg, "no-such-tool"), "message: %s", msg);
+        ck_assert_int_eq(mps_get_state(m, UUID), MPS_STATE_FAILED);
+        ck_assert_str_eq(states.seen, "starting,failed");
+        ck_assert_str_eq(states.last_message, msg);
+
+        /* No nvidia-smi found at all. */
+        ck_assert_int_eq(mps_set_tools(m, NULL, fake_mps), 0);
+        free(msg);
+        msg = NULL;
+        ck_assert_int_lt(set_and_wait(m, true, 2 * GIB, 50, &msg), 0);
+        ck_assert_msg(strstr(msg, "not found"), "message: %s", msg);
+
+        /* Both found again: the failed GPU can be enabled. */
+        ck_assert_int_eq(mps_set_tools(m, fake_smi, fake_mps), 0);
+        ck_assert_int_eq(set_and_wait(m, true, 2 * GIB, 50, NULL), 0);
+        ck_assert_int_eq(mps_get_state(m, UUID), MPS_STATE_RUNNING);
+}
+END_TEST
+
+START_TEST(test_mig_refused) {
+        _cleanup_(mps_freep) Mps *m = NULL;
+        _cleanup_free_ char *msg = NULL, *cmds = NULL, *state = NULL;
+        MpsRequest req = { .uuid = UUID, .index = 0, .mig_enabled = true, .enabled = true,
+                           .pinned_memory_bytes = GIB, .active_thread_percentage = 50 };
+        char *why = NULL;
+
+        /* Known MIG: refused before anything runs. */
+        ck_assert_int_eq(mps_request_validate(&req, &why), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(why, "MIG"));
+        free(why);
+
+        /* MIG turned on behind the probe's back: nvidia-smi refuses, MpsFailed with its words. */
+        setenv("KGPU_FAKE_NVIDIA_SCENARIO", "h100-mig", 1);
+        m = new_mps();
+        ck_assert_int_lt(set_and_wait(m, true, 2 * GIB, 50, &msg), 0);
+        ck_assert_msg(strstr(msg, "Not Supported"), "message: %s", msg);
+        ck_assert_msg(strstr(msg, "MIG-enabled"), "message: %s", msg);
+        ck_assert_int_eq(mps_get_state(m, UUID), MPS_STATE_FAILED);
+        cmds = take_commands();
+        ck_assert_str_eq(cmds, "nvidia-smi -i 0 -c EXCLUSIVE_PROCESS");
+        state = slurp(state_path);
+        ck_assert_ptr_null(strstr(state, "Exclusive_Process"));
+}
+END_TEST
+
+START_TEST(test_health_restart_then_failed) {
+        _cleanup_(mps_freep) Mps *m = new_mps();
+        _cleanup_free_ char *cmds = NULL, *want = NULL, *state = NULL, *ctl = expect_line_ctl(""),
+                            *ctl_d = expect_line_ctl(" -d");
+
+        ck_assert_int_eq(set_and_wait(m, true, 3 * GIB, 30, NULL), 0);
+        free(take_commands());
+
+        /* Alive: one get_server_list, nothing else. */
+        ck_assert_int_eq(mps_check_all(m), 1);
+        run_until_idle(m);
+        cmds = take_commands();
+        ck_assert_int_ge(asprintf(&want, "%s\nnvidia-cuda-mps-control < get_server_list", ctl), 0);
+        ck_assert_str_eq(cmds, want);
+        ck_assert_int_eq(mps_get_state(m, UUID), MPS_STATE_RUNNING);
+
+        /* Dies: restarted once with its limits, still running. */
+        kill_daemon();
+        ck_assert_int_eq(mps_check_all(m), 1);
+        run_until_idle(m);
+        free(cmds);
+        cmds = take_commands();
+        free(want);
+        ck_assert_int_ge(asprintf(&want,
+                                  "%s\n"
+                                  "nvidia-cuda-mps-control < get_server_list\n"
+                                  "%s\n"
+                                  "%s\n"
+                                  "nvidia-cuda-mps-control < set_default_device_pinned_mem_limit 0 3072M\n"
+                                  "nvidia-cuda-mps-control < set_default_active_thread_percentage 30",
+                                  ctl, ctl_d, ctl), 0);
+        ck_assert_str_eq(cmds, want);
+        ck_assert_int_eq(mps_get_state(m, UUID), MPS_STATE_RUNNING);
+        ck_assert_str_eq(states.seen, "starting,running");
+        state = slurp(state_path);
+        ck_assert_ptr_nonnull(strstr(state, "\"running\": true"));
+        ck_assert_ptr_nonnull(strstr(state, "\"0\": \"3072M\""));
+        ck_assert_ptr_nonnull(strstr(state, "\"active_thread_percentage\": \"30\""));
+
+        /* Dies again: failed, with the tool's words. */
+        kill_daemon();
+        ck_assert_int_eq(mps_check_all(m), 1);
+        run_until_idle(m);
+        ck_assert_int_eq(mps_get_state(m, UUID), MPS_STATE_FAILED);
+        ck_assert_str_eq(states.seen, "starting,running,failed");
+        ck_assert_msg(strstr(states.last_message, "Cannot find MPS control daemon"), "message: %s", states.last_message);
+        free(cmds);
+        cmds = take_commands();
+        free(want);
+        ck_assert_int_ge(asprintf(&want, "%s\nnvidia-cuda-mps-control < get_server_list", ctl), 0);
+        ck_assert_str_eq(cmds, want);
+
+        /* A failed daemon is not checked; a new SetMps brings it back. */
+        ck_assert_int_eq(mps_check_all(m), 0);
+        ck_assert_int_eq(set_and_wait(m, true, 3 * GIB, 30, NULL), 0);
+        ck_assert_int_eq(mps_get_state(m, UUID), MPS_STATE_RUNNING);
+}
+END_TEST
+
+START_TEST(test_restart_fails) {
+        _cleanup_(mps_freep) Mps *m = new_mps();
+        _cleanup_free_ char *missing = NULL;
+
+        ck_assert_int_eq(set_and_wait(m, true, 3 * GIB, 30, NULL), 0);
+        kill_daemon();
+        /* The restart cannot run: failed at once. */
+        ck_assert_int_ge(asprintf(&missing, "%s/gone", tmpdir), 0);
+        ck_assert_int_eq(mps_set_tools(m, fake_smi, missing), 0);
+        ck_assert_int_eq(mps_check_all(m), 1);
+        run_until_idle(m);
+        ck_assert_int_eq(mps_get_state(m, UUID), MPS_STATE_FAILED);
+}
+END_TEST
+
+START_TEST(test_queue_in_order) {
+        _cleanup_(mps_freep) Mps *m = new_mps();
+        _cleanup_free_ char *state = NULL;
+        MpsRequest a = { .uuid = UUID, .enabled = true, .pinned_memory_bytes = 2 * GIB, .active_thread_percentage = 50 };
+        MpsRequest b = { .uuid = UUID, .enabled = true, .pinned_memory_bytes = GIB, .active_thread_percentage = 10 };
+        MpsRequest c = { .uuid = UUID, .enabled = false };
+        Done da = {}, db = {}, dc = {}, dd = {};
+
+        ck_assert_int_eq(mps_set(m, &a, on_done, &da), 0);
+        ck_assert_int_eq(mps_set(m, &b, on_done, &db), 0);
+        ck_assert_int_eq(mps_set(m, &c, on_done, &dc), 0);
+        ck_assert_int_eq(mps_set(m, &b, on_done, &dd), 0);
+        ck_assert_uint_eq(mps_pending(m), 4);
+        run_until_idle(m);
+        ck_assert_int_eq(da.calls + db.calls + dc.calls + dd.calls, 4);
+        ck_assert_int_eq(da.error | db.error | dc.error | dd.error, 0);
+        ck_assert_int_eq(da.order, 1);
+        ck_assert_int_eq(db.order, 2);
+        ck_assert_int_eq(dc.order, 3);
+        ck_assert_int_eq(dd.order, 4);
+        ck_assert_str_eq(states.seen, "starting,running,off,starting,running");
+        state = slurp(state_path);
+        ck_assert_ptr_nonnull(strstr(state, "\"0\": \"1024M\""));
+        ck_assert_ptr_nonnull(strstr(state, "\"active_thread_percentage\": \"10\""));
+
+        /* The queue is bounded. */
+        for (unsigned i = 0; i < MPS_QUEUE_MAX; i++)
+                ck_assert_int_eq(mps_set(m, &b, NULL, NULL), 0);
+        ck_assert_int_eq(mps_set(m, &b, NULL, NULL), -EBUSY);
+        run_until_idle(m);
+        free(da.message);
+        free(db.message);
+        free(dc.message);
+        free(dd.message);
+}
+END_TEST
+
+START_TEST(test_check_gives_way) {
+        _cleanup_(mps_freep) Mps *m = new_mps();
+
+        ck_assert_int_eq(set_and_wait(m, true, 2 * GIB, 50, NULL), 0);
+        ck_assert_int_eq(mps_check_all(m), 1);
+        /* Immediately a request: the check is abandoned, the request runs. */
+        ck_assert_int_eq(set_and_wait(m, false, 0, 0, NULL), 0);
+        ck_assert_int_eq(mps_get_state(m, UUID), MPS_STATE_OFF);
+}
+END_TEST
+
+START_TEST(test_validate_and_cancel) {
+        MpsRequest r = { .uuid = UUID, .enabled = true, .pinned_memory_bytes = GIB, .active_thread_percentage = 50 };
+        Done d = {};
+        char *why = NULL;
+        Mps *m = new_mps();
+
+        ck_assert_int_eq(mps_request_validate(&r, NULL), 0);
+        r.active_thread_percentage = 0;
+        ck_assert_int_eq(mps_request_validate(&r, &why), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(why, "1..100"));
+        free(why);
+        r.active_thread_percentage = 101;
+        ck_assert_int_eq(mps_set(m, &r, on_done, &d), -EINVAL);
+        r.active_thread_percentage = 100;
+        r.pinned_memory_bytes = (1 << 20) - 1;
+        ck_assert_int_eq(mps_request_validate(&r, NULL), -EINVAL);
+        r.pinned_memory_bytes = 0;
+        r.enabled = false;      /* limits do not matter to disable */
+        ck_assert_int_eq(mps_request_validate(&r, NULL), 0);
+        r.uuid = "GPU-../../etc";
+        ck_assert_int_eq(mps_request_validate(&r, &why), -EINVAL);
+        free(why);
+        r.uuid = "MIG-00000000-0000-0000-0000-000000000000";
+        ck_assert_int_eq(mps_request_validate(&r, NULL), -EINVAL);
+        ck_assert_int_eq(mps_new(event, "relative/dir", NULL, NULL, &m) < 0 ? 0 : 1, 0);
+
+        /* Freed with a request queued: its callback runs with -ECANCELED. */
+        r = (MpsRequest) { .uuid = UUID, .enabled = true, .pinned_memory_bytes = GIB, .active_thread_percentage = 50 };
+        ck_assert_int_eq(mps_set(m, &r, on_done, &d), 0);
+        mps_free(m);
+        ck_assert_int_eq(d.calls, 1);
+        ck_assert_int_eq(d.error, -ECANCELED);
+        free(d.message);
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("mps");
+        TCase *tc = tcase_create("mps");
+        SRunner *sr;
+        int failed;
+
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, test_enable_change_disable);
+        tcase_add_test(tc, test_readopt_after_restart);
+        tcase_add_test(tc, test_tool_missing);
+        tcase_add_test(tc, test_mig_refused);
+        tcase_add_test(tc, test_health_restart_then_failed);
+        tcase_add_test(tc, test_restart_fails);
+        tcase_add_test(tc, test_queue_in_order);
+        tcase_add_test(tc, test_check_gives_way);
+        tcase_add_test(tc, test_validate_and_cancel);
+        suite_add_tcase(s, tc);
+        sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
