@@ -140,6 +140,10 @@ int resources_nvidia_preferred_allocation(const Resources *r, const char *resour
                                           char * const *held, int32_t size, char ***ret,
                                           ResourceError *e);
 
+/* Rebuilds the NVIDIA devices (done by every update, removal and options change) and
+ * adds the NVIDIA names to the advertised ones; changed as resources_update_gpu(). */
+int resources_refresh_nvidia(Resources *r, char ***changed);
+
 /* ---- Called by resources.c only. ---- */
 typedef struct NvidiaState NvidiaState;
 NvidiaState *nvidia_state_free(NvidiaState *s);

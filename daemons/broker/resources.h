@@ -147,6 +147,7 @@ typedef struct Resources {
         bool monitoring;
         ConfigByPath by_path;
         bool cdi_devices;
+        struct NvidiaState *nvidia;     /* NVIDIA options and devices (nvidia.h); NULL: none */
 } Resources;
 
 int resources_new(bool intel_enabled, Resources **ret);
