@@ -85,6 +85,9 @@ typedef struct Gpu {
         char *mps_state;                /* "", "starting", "running", "failed" */
         char *mps_pipe_directory;       /* "/run/kgpu/mps/<uuid>/pipe" or "" */
 
+        /* Not exported: good health polls in a row since the GPU turned unhealthy. */
+        uint32_t nvidia_good_polls;
+
         /* Not exported: whether memory_bytes was read from sysfs (GPU_MEMORY_OVERRIDE
          * applies only when it was not). */
         bool memory_known;

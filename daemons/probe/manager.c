@@ -21,6 +21,8 @@
 #include "common/util.h"
 #include "daemons/probe/labels-intel.h"
 #include "daemons/probe/manager.h"
+#include "daemons/probe/cdi-nvidia.h"
+#include "daemons/probe/nvidia.h"
 #include "daemons/probe/outputs.h"
 #include "daemons/probe/probe-dbus.h"
 #include "daemons/probe/udev-scan.h"
@@ -47,6 +49,9 @@ int manager_new(Manager **ret) {
         r = sd_event_default(&m->event);
         if (r < 0)
                 return r;
+        r = nvidia_probe_new(m, &m->nvidia);
+        if (r < 0)
+                return r;
 
         *ret = TAKE_PTR(m);
         return 0;
@@ -55,6 +60,7 @@ int manager_new(Manager **ret) {
 Manager *manager_free(Manager *m) {
         if (!m)
                 return NULL;
+        nvidia_probe_free(m->nvidia);
         sd_event_source_unref(m->outputs_source);
         free(m->feature_file);
         free(m->cdi_directory);
@@ -102,7 +108,7 @@ int manager_configure(Manager *m, const Config *c, const char **ret_key) {
         m->memory_override = override;
         m->memory_reserved = reserved;
         m->pci_grouping_level = MIN(c->intel_pci_grouping_level, (uint32_t) LABELS_INTEL_PCI_LEVEL_MAX);
-        return 0;
+        return nvidia_probe_configure(m->nvidia, c);
 }
 
 int manager_write_outputs(Manager *m) {
@@ -146,6 +152,12 @@ int manager_write_outputs(Manager *m) {
                         if (r == 0)
                                 r = k;
                 }
+                k = cdi_nvidia_write(m->cdi_directory, m->gpus, m->n_gpus);
+                if (k < 0) {
+                        log_warning_errno(k, "Failed to write the NVIDIA CDI spec to %s, ignoring: %m", m->cdi_directory);
+                        if (r == 0)
+                                r = k;
+                }
         }
         return r;
 }
@@ -159,7 +171,7 @@ static int on_outputs(sd_event_source *s, void *userdata) {
 
 /* Inventory changed: rewrite the files once, after this loop iteration's events (so the
  * D-Bus signals go out first and a burst of uevents costs one write). */
-static void manager_schedule_outputs(Manager *m) {
+void manager_schedule_outputs(Manager *m) {
         int r;
 
         if (!m->event || (!m->feature_file && !m->cdi_directory))
@@ -200,6 +212,26 @@ void manager_notify_status(Manager *m) {
                 (void) sd_notifyf(false, "STATUS=%zu GPUs", m->n_gpus);
         else
                 (void) sd_notifyf(false, "STATUS=%zu GPUs (%zu unhealthy)", m->n_gpus, m->n_gpus - healthy);
+}
+
+int manager_remove_gpu(Manager *m, const char *id) {
+        size_t i;
+        int r;
+
+        for (i = 0; i < m->n_gpus && !streq(m->gpus[i]->id, id); i++)
+                ;
+        if (i >= m->n_gpus)
+                return 0;
+        /* Emitted while the object is still found, so its interfaces are named. */
+        r = probe_dbus_emit_gpu_removed(m, m->gpus[i]);
+        if (r < 0)
+                log_debug_errno(r, "Failed to emit InterfacesRemoved for %s, ignoring: %m", id);
+        gpu_free(m->gpus[i]);
+        memmove(m->gpus + i, m->gpus + i + 1, (m->n_gpus - i - 1) * sizeof(Gpu *));
+        m->n_gpus--;
+        manager_notify_status(m);
+        manager_schedule_outputs(m);
+        return 1;
 }
 
 static void log_gpu_found(const Gpu *g) {
@@ -419,9 +451,9 @@ int manager_rescan(Manager *m) {
         if (n < 0)
                 return n;
 
-        /* GPUs we know that are gone now are kept, unhealthy. */
+        /* GPUs we know that are gone now are kept, unhealthy (NVIDIA's: see nvidia.c). */
         for (size_t i = 0; i < m->n_gpus; i++) {
-                bool present = false;
+                bool present = streq(m->gpus[i]->vendor, "nvidia");
 
                 for (Gpu **f = found; *f; f++)
                         if (streq((*f)->id, m->gpus[i]->id)) {
@@ -443,6 +475,7 @@ int manager_rescan(Manager *m) {
                         r = k;
         }
         free(found);
+        (void) nvidia_probe_inventory(m->nvidia, true);
         return r;
 }
 
@@ -510,6 +543,9 @@ int manager_start(Manager *m) {
         r = manager_rescan(m);
         if (r < 0)
                 return log_error_errno(r, "Failed to enumerate GPUs: %m");
+        r = nvidia_probe_wait_initial(m->nvidia);
+        if (r < 0)
+                return r;
         /* Labels and CDI spec before READY=1 (failures are logged and not fatal). */
         (void) manager_write_outputs(m);
 

@@ -42,6 +42,8 @@ typedef struct Manager {
         char *cdi_directory;            /* CDI spec directory, NULL: none */
         sd_event_source *outputs_source; /* defer: rewrite them once per loop iteration */
 
+        struct NvidiaProbe *nvidia;     /* NVIDIA inventory and health (nvidia.c) */
+
         uid_t broker_uid;       /* (uid_t) -1 when the broker user does not exist */
         uint64_t start_time;    /* CLOCK_REALTIME usec */
 } Manager;
@@ -85,6 +87,13 @@ int manager_mark_removed(Manager *m, const char *syspath);
  * that has VFs enabled now turns Unhealthy (reason GPU_REASON_SRIOV_PF), one whose VFs
  * are disabled is read as a GPU again. Returns 1 if anything changed. */
 int manager_recheck_pf(Manager *m, const char *pf_address);
+
+/* Takes a GPU off the bus (InterfacesRemoved) and out of the table (NVIDIA GPUs that
+ * nvidia-smi no longer lists). Returns 1 if it was there. */
+int manager_remove_gpu(Manager *m, const char *id);
+
+/* Rewrites labels and CDI specs once after this loop iteration. */
+void manager_schedule_outputs(Manager *m);
 
 /* Sends STATUS="N GPUs" to the service manager. */
 void manager_notify_status(Manager *m);

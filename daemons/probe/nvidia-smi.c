@@ -482,6 +482,7 @@ typedef enum QueryField {
         QF_COMPUTE_MODE,
         QF_MIG_MODE,
         QF_DRIVER_VERSION,
+        QF_COMPUTE_CAP,
 } QueryField;
 
 static QueryField query_field_from_name(const char *s) {
@@ -495,6 +496,7 @@ static QueryField query_field_from_name(const char *s) {
                 [QF_COMPUTE_MODE] = "compute_mode",
                 [QF_MIG_MODE] = "mig.mode.current",
                 [QF_DRIVER_VERSION] = "driver_version",
+                [QF_COMPUTE_CAP] = "compute_cap",
         };
 
         for (size_t i = 1; i < ELEMENTSOF(names); i++)
@@ -601,6 +603,12 @@ static int query_value_apply(NvidiaGpu *g, QueryField f, char *v, bool *seen_ind
                 if (sp)
                         *sp = 0;
                 return version_copy(g->driver_version, v);
+        case QF_COMPUTE_CAP:
+                /* "9.0": major.minor, one or two digits each. */
+                if (strlen(v) < 3 || strlen(v) > 5 || !strchr(v, '.') || version_copy(g->compute_cap, v) < 0 ||
+                    strchr(v, '.') != strrchr(v, '.') || v[0] == '.' || v[strlen(v) - 1] == '.')
+                        return -EBADMSG;
+                return 0;
         case QF_IGNORED:
                 break;
         }
@@ -613,6 +621,7 @@ static const char *query_field_name(QueryField f) {
                 [QF_MEMORY_TOTAL] = "memory.total", [QF_PCI_BUS_ID] = "pci.bus_id",
                 [QF_PCI_DEVICE_ID] = "pci.device_id", [QF_COMPUTE_MODE] = "compute_mode",
                 [QF_MIG_MODE] = "mig.mode.current", [QF_DRIVER_VERSION] = "driver_version",
+                [QF_COMPUTE_CAP] = "compute_cap",
         };
         return n[f];
 }
@@ -914,7 +923,7 @@ int nvidia_smi_parse_q_mig_devices(const char *text, size_t len, NvidiaQMigDevic
         _cleanup_(lines_done) Lines l = {};
         _cleanup_free_ NvidiaQMigDevice *devs = NULL;
         char gpu[NVIDIA_PCI_ADDRESS_MAX] = "";
-        bool in_mig = false, seen_log = false;
+        bool in_mig = false, in_fb = false, seen_log = false;
         unsigned have = 0;      /* bits: 1 index, 2 gi, 4 ci of the current block */
         size_t n = 0, cap = 0;
         int r;
@@ -962,10 +971,27 @@ int nvidia_smi_parse_q_mig_devices(const char *text, size_t len, NvidiaQMigDevic
                         memcpy(devs[n].pci_address, gpu, sizeof(gpu));
                         n++;
                         in_mig = true;
+                        in_fb = false;
                         have = 0;
                         continue;
                 }
-                if (!in_mig || ind != 8 || !q_key_value(s, &key, &value))
+                if (!in_mig)
+                        continue;
+                if (ind == 8)
+                        in_fb = streq(s, "FB Memory Usage") || streq(s, "Shared FB Memory Usage");
+                if (in_fb && ind == 12 && q_key_value(s, &key, &value) && streq(key, "Total")) {
+                        uint64_t mib;
+                        char *sp = strchr(value, ' ');
+
+                        /* "40448 MiB"; anything else leaves the size unknown (0). */
+                        if (sp && streq(sp, " MiB") && sp - value <= 9 && isdigit((unsigned char) value[0])) {
+                                *sp = 0;
+                                if (safe_atou64(value, &mib) >= 0)
+                                        devs[n - 1].memory_mib = mib;
+                        }
+                        continue;
+                }
+                if (ind != 8 || !q_key_value(s, &key, &value))
                         continue;
                 if (streq(key, "Index") || streq(key, "GPU Instance ID") || streq(key, "Compute Instance ID")) {
                         if (parse_small_uint(value, 1024, &v) < 0)
@@ -993,6 +1019,62 @@ int nvidia_smi_parse_q_mig_devices(const char *text, size_t len, NvidiaQMigDevic
                                             devs[b].device_index, devs[b].pci_address);
 
         *ret = TAKE_PTR(devs);
+        *ret_n = n;
+        return 0;
+}
+
+int nvidia_smi_parse_q_gpus(const char *text, size_t len, NvidiaQGpu **ret, size_t *ret_n, char **ret_error) {
+        _cleanup_(lines_done) Lines l = {};
+        _cleanup_free_ NvidiaQGpu *gpus = NULL;
+        bool seen_log = false;
+        size_t n = 0, cap = 0;
+        int r;
+
+        r = lines_split(text, len, &l, ret_error);
+        if (r < 0)
+                return r;
+        r = lines_check_error(&l, ret_error);
+        if (r < 0)
+                return r;
+
+        for (size_t i = 0; i < l.n; i++) {
+                char *s = l.line[i], *key, *value;
+                size_t ind = indent_of(s);
+                uint32_t v;
+
+                s = strip(s);
+                if (isempty(s))
+                        continue;
+                if (strstr(s, "NVSMI LOG"))
+                        seen_log = true;
+                if (ind == 0 && startswith(s, "GPU ") && !strchr(s + 4, ' ')) {
+                        if (n >= NVIDIA_GPUS_MAX)
+                                return fail(ret_error, -E2BIG, i + 1, "more than %u GPUs", NVIDIA_GPUS_MAX);
+                        r = array_grow((void **) &gpus, &cap, n, sizeof(NvidiaQGpu), NVIDIA_GPUS_MAX);
+                        if (r < 0)
+                                return r;
+                        gpus[n] = (NvidiaQGpu) { .minor_number = -1 };
+                        if (nvidia_pci_address_normalize(s + 4, gpus[n].pci_address) < 0)
+                                return fail(ret_error, -EBADMSG, i + 1, "bad GPU block '%.40s'", s);
+                        n++;
+                        continue;
+                }
+                if (n == 0 || ind != 4 || !q_key_value(s, &key, &value) || !streq(key, "Minor Number"))
+                        continue;
+                if (is_na(value))
+                        continue;
+                if (parse_small_uint(value, 255, &v) < 0)
+                        return fail(ret_error, -EBADMSG, i + 1, "Minor Number: bad value '%.32s'", value);
+                gpus[n - 1].minor_number = (int32_t) v;
+        }
+        if (!seen_log && n == 0)
+                return fail(ret_error, -EBADMSG, 0, "not nvidia-smi -q output");
+        for (size_t a = 0; a < n; a++)
+                for (size_t b = a + 1; b < n; b++)
+                        if (streq(gpus[a].pci_address, gpus[b].pci_address))
+                                return fail(ret_error, -EBADMSG, 0, "GPU %s listed twice", gpus[a].pci_address);
+
+        *ret = TAKE_PTR(gpus);
         *ret_n = n;
         return 0;
 }

@@ -64,6 +64,7 @@ typedef struct NvidiaGpu {
         NvidiaComputeMode compute_mode;
         NvidiaMigMode mig_mode;
         char driver_version[NVIDIA_VERSION_MAX];
+        char compute_cap[NVIDIA_VERSION_MAX];   /* "9.0" (query field compute_cap), "" unknown */
 } NvidiaGpu;
 
 typedef struct NvidiaMigDevice {
@@ -191,11 +192,22 @@ typedef struct NvidiaQMigDevice {
         char pci_address[NVIDIA_PCI_ADDRESS_MAX];       /* of the GPU block */
         uint32_t device_index;
         uint32_t gi_id, ci_id;
+        uint64_t memory_mib;                            /* its (Shared) FB Memory Usage Total, 0 unknown */
 } NvidiaQMigDevice;
 
 /* nvidia-smi -q: the MIG devices of every GPU block (0 when MIG is off). */
 int nvidia_smi_parse_q_mig_devices(const char *text, size_t len, NvidiaQMigDevice **ret, size_t *ret_n,
                                    char **ret_error);
+/* One GPU block of `nvidia-smi -q`: its PCI address and the minor number of its
+ * /dev/nvidiaN node. */
+typedef struct NvidiaQGpu {
+        char pci_address[NVIDIA_PCI_ADDRESS_MAX];
+        int32_t minor_number;                           /* -1 when not printed or N/A */
+} NvidiaQGpu;
+
+/* nvidia-smi -q: every GPU block with its "Minor Number" (0..255). */
+int nvidia_smi_parse_q_gpus(const char *text, size_t len, NvidiaQGpu **ret, size_t *ret_n, char **ret_error);
+
 /* Sets gi_id/ci_id of each -L MIG device from -q, going through the GPU's PCI address
  * (gpus: from --query-gpu, with index and pci_address). Returns how many were set;
  * -ENXIO when a MIG device has no match (the two answers disagree: query again). */

@@ -165,6 +165,8 @@ int outputs_cdi_spec(Gpu * const *gpus, size_t n, char **ret) {
         for (size_t i = 0; i < n; i++) {
                 const Gpu *g = gpus[i];
 
+                if (streq(g->vendor, "nvidia"))         /* kgpu-nvidia.yaml (cdi-nvidia.c) */
+                        continue;
                 if (!streq(g->health, GPU_HEALTHY) || !outputs_cdi_name_is_valid(g->id) ||
                     strv_length(g->device_nodes) == 0)
                         continue;

@@ -14,6 +14,7 @@
 #include "common/bus-names.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "daemons/probe/nvidia.h"
 #include "daemons/probe/probe-dbus.h"
 
 static int property_get_version(sd_bus *bus, const char *path, const char *interface,
@@ -119,6 +120,9 @@ static int method_rescan(sd_bus_message *message, void *userdata, sd_bus_error *
         if (r < 0)
                 return sd_bus_error_set_errnof(error, r, "Rescan failed: %m");
 
+        /* NVIDIA GPUs are read by child processes: answer once they are. */
+        if (nvidia_probe_reply_when_done(m->nvidia, message) > 0)
+                return 1;
         return sd_bus_reply_method_return(message, NULL);
 }
 
@@ -261,4 +265,16 @@ int probe_dbus_emit_gpu_changed(Manager *m, const Gpu *g, char **names) {
         if (r < 0)
                 return r;
         return sd_bus_emit_properties_changed_strv(m->bus, path, KGPU_GPU_INTERFACE, names);
+}
+
+int probe_dbus_emit_gpu_removed(Manager *m, const Gpu *g) {
+        _cleanup_free_ char *path = NULL;
+        int r;
+
+        if (!m->bus)
+                return 0;
+        r = probe_dbus_gpu_path(g->id, &path);
+        if (r < 0)
+                return r;
+        return sd_bus_emit_object_removed(m->bus, path);
 }

@@ -25,6 +25,8 @@ int probe_dbus_gpu_path(const char *id, char **ret);
 int probe_dbus_emit_gpu_added(Manager *m, const Gpu *g);
 /* names: NULL-terminated list of Gpu1 property names; empty list: nothing sent. */
 int probe_dbus_emit_gpu_changed(Manager *m, const Gpu *g, char **names);
+/* InterfacesRemoved; call while manager_find_gpu() still finds g. */
+int probe_dbus_emit_gpu_removed(Manager *m, const Gpu *g);
 
 /* Allows uid 0 and the broker's uid; otherwise sets io.kgpu.Error.AccessDenied.
  * Returns 0 if allowed, negative errno (with error set) if not. */

@@ -1,0 +1,932 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * nvidia.c — the probe's NVIDIA inventory and health polls (see nvidia.h).
+ *
+ * One inventory is a chain of nvidia-smi runs on the event loop (query -> -L -> -q ->
+ * [summary] -> [topo -m]); each callback stores its answer and starts the next, the
+ * last one builds the Gpu objects (nvidia_build_gpus, pure) and reconciles the
+ * manager's table. Health polls are one --query-gpu run each, off a timer.
+ */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <systemd/sd-event.h>
+
+#include "common/bus-names.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "daemons/probe/manager.h"
+#include "daemons/probe/nvidia-runner.h"
+#include "daemons/probe/nvidia.h"
+#include "daemons/probe/probe-dbus.h"
+
+#define NVIDIA_VENDOR_ID 0x10deU
+#define NVIDIA_PCI_CLASS_3D 0x030200U
+#define NVIDIA_POLL_TIMEOUT_MAX_USEC (10U * 1000U * 1000U)
+#define NVIDIA_POLL_TIMEOUT_MIN_USEC (1U * 1000U * 1000U)
+#define NVIDIA_WAITERS_MAX 64U
+
+typedef enum InventoryStep {
+        STEP_NONE,
+        STEP_QUERY,
+        STEP_LIST,
+        STEP_Q,
+        STEP_SUMMARY,
+        STEP_TOPO,
+} InventoryStep;
+
+struct NvidiaProbe {
+        Manager *manager;
+
+        bool enabled;
+        bool fail_on_init;
+        char *driver_root;
+        char *smi_configured;
+        char *smi;                      /* the tool found, NULL: none */
+        uint32_t health_interval_ms;
+        uint32_t recover_polls;
+
+        /* inventory */
+        NvidiaRun *run;
+        InventoryStep step;
+        bool refresh_topology;
+        bool again, again_refresh;
+        NvidiaGpu *gpus;
+        size_t n_gpus;
+        NvidiaSmiError *lost;
+        size_t n_lost;
+        NvidiaMigDevice *migs;
+        size_t n_migs;
+        bool migs_known;
+        NvidiaQMigDevice *q_migs;
+        size_t n_q_migs;
+        NvidiaQGpu *q_gpus;
+        size_t n_q_gpus;
+        NvidiaVersions versions;
+        NvidiaTopology *topology;       /* cache */
+        int last_error;
+        char *last_message;
+        unsigned n_inventories;
+        sd_bus_message *waiters[NVIDIA_WAITERS_MAX];
+        size_t n_waiters;
+
+        /* health */
+        sd_event_source *health_timer;
+        NvidiaRun *health_run;
+        uint64_t n_polls;
+};
+
+static void inventory_reset(NvidiaProbe *p) {
+        p->gpus = mfree(p->gpus);
+        p->lost = mfree(p->lost);
+        p->migs = mfree(p->migs);
+        p->q_migs = mfree(p->q_migs);
+        p->q_gpus = mfree(p->q_gpus);
+        p->n_gpus = p->n_lost = p->n_migs = p->n_q_migs = p->n_q_gpus = 0;
+        p->migs_known = false;
+        p->versions = (NvidiaVersions) {};
+}
+
+int nvidia_probe_new(Manager *m, NvidiaProbe **ret) {
+        NvidiaProbe *p;
+
+        p = calloc(1, sizeof(NvidiaProbe));
+        if (!p)
+                return -ENOMEM;
+        p->manager = m;
+        p->recover_polls = 1;
+        *ret = p;
+        return 0;
+}
+
+NvidiaProbe *nvidia_probe_free(NvidiaProbe *p) {
+        if (!p)
+                return NULL;
+        nvidia_run_free(p->run);
+        nvidia_run_free(p->health_run);
+        sd_event_source_disable_unref(p->health_timer);
+        for (size_t i = 0; i < p->n_waiters; i++)
+                sd_bus_message_unref(p->waiters[i]);
+        inventory_reset(p);
+        free(p->topology);
+        free(p->last_message);
+        free(p->driver_root);
+        free(p->smi_configured);
+        free(p->smi);
+        return mfree(p);
+}
+
+bool nvidia_probe_busy(const NvidiaProbe *p) {
+        return p && p->step != STEP_NONE;
+}
+
+int nvidia_probe_last_error(const NvidiaProbe *p, const char **ret_message) {
+        if (ret_message)
+                *ret_message = p->last_message ?: "";
+        return p->last_error;
+}
+
+uint64_t nvidia_probe_n_polls(const NvidiaProbe *p) {
+        return p->n_polls;
+}
+
+/* ---- pure helpers ---- */
+
+int nvidia_mig_minor_lookup(const char *text, uint32_t gpu_minor, uint32_t gi, int32_t ci, uint32_t *ret) {
+        char want[96];
+        size_t wl;
+
+        if (!text)
+                return -ENOENT;
+        if (ci < 0)
+                (void) snprintf(want, sizeof(want), "gpu%" PRIu32 "/gi%" PRIu32 "/access", gpu_minor, gi);
+        else
+                (void) snprintf(want, sizeof(want), "gpu%" PRIu32 "/gi%" PRIu32 "/ci%" PRId32 "/access",
+                                gpu_minor, gi, ci);
+        wl = strlen(want);
+        for (const char *l = text; *l; ) {
+                const char *e = strchr(l, '\n') ?: l + strlen(l);
+
+                if ((size_t) (e - l) > wl && strncmp(l, want, wl) == 0 && l[wl] == ' ') {
+                        const char *v = l + wl;
+                        uint32_t minor = 0;
+                        size_t digits = 0;
+
+                        while (v < e && *v == ' ')
+                                v++;
+                        for (; v < e && *v >= '0' && *v <= '9' && digits < 7; v++, digits++)
+                                minor = minor * 10 + (uint32_t) (*v - '0');
+                        if (digits > 0 && (v == e || *v == '\r' || *v == ' ')) {
+                                *ret = minor;
+                                return 0;
+                        }
+                        return -EBADMSG;
+                }
+                l = *e ? e + 1 : e;
+        }
+        return -ENOENT;
+}
+
+/* "1g.10gb" -> 10 GiB; "1c.3g.71gb" -> 71 GiB; 0 when the name says nothing. */
+static uint64_t profile_memory_bytes(const char *profile) {
+        const char *p = strrchr(profile, '.');
+        uint64_t gb = 0;
+        size_t digits = 0;
+
+        if (!p)
+                return 0;
+        for (p++; *p >= '0' && *p <= '9' && digits < 6; p++, digits++)
+                gb = gb * 10 + (uint64_t) (*p - '0');
+        if (digits == 0 || strncmp(p, "gb", 2) != 0)
+                return 0;
+        return gb << 30;
+}
+
+static const NvidiaQGpu *q_gpu_find(const NvidiaQGpu *q, size_t n, const char *pci) {
+        for (size_t i = 0; i < n && !isempty(pci); i++)
+                if (streq(q[i].pci_address, pci))
+                        return &q[i];
+        return NULL;
+}
+
+static int build_mig_devices(Gpu *g, const NvidiaGpu *row, uint32_t minor,
+                             const NvidiaMigDevice *migs, size_t n_migs,
+                             const NvidiaQMigDevice *q_migs, size_t n_q_migs, const char *mig_minors) {
+        GpuMigDevice l[GPU_MIG_DEVICES_MAX] = {};
+        char *nodes[GPU_MIG_DEVICES_MAX][3] = {};
+        char paths[GPU_MIG_DEVICES_MAX][2][64];
+        size_t n = 0;
+
+        for (size_t i = 0; i < n_migs; i++) {
+                const NvidiaMigDevice *d = &migs[i];
+                const NvidiaQMigDevice *q = NULL;
+                uint32_t gi = 0, ci = 0, cap;
+                bool ids = false;
+                size_t k = 0;
+
+                if (d->gpu_index != row->index)
+                        continue;
+                if (n >= GPU_MIG_DEVICES_MAX)
+                        return -E2BIG;
+                for (size_t j = 0; j < n_q_migs; j++)
+                        if (streq(q_migs[j].pci_address, row->pci_address) &&
+                            q_migs[j].device_index == d->device_index) {
+                                q = &q_migs[j];
+                                break;
+                        }
+                if (q) {
+                        gi = q->gi_id;
+                        ci = q->ci_id;
+                        ids = true;
+                } else if (d->gi_id >= 0 && d->ci_id >= 0) {
+                        gi = (uint32_t) d->gi_id;
+                        ci = (uint32_t) d->ci_id;
+                        ids = true;
+                }
+                if (ids && nvidia_mig_minor_lookup(mig_minors, minor, gi, -1, &cap) >= 0) {
+                        (void) snprintf(paths[n][k], sizeof(paths[n][k]), "/dev/nvidia-caps/nvidia-cap%" PRIu32, cap);
+                        nodes[n][k] = paths[n][k];
+                        k++;
+                }
+                if (ids && nvidia_mig_minor_lookup(mig_minors, minor, gi, (int32_t) ci, &cap) >= 0) {
+                        (void) snprintf(paths[n][k], sizeof(paths[n][k]), "/dev/nvidia-caps/nvidia-cap%" PRIu32, cap);
+                        nodes[n][k] = paths[n][k];
+                        k++;
+                }
+                l[n] = (GpuMigDevice) {
+                        .device_index = d->device_index,
+                        .uuid = (char *) d->uuid,
+                        .profile = (char *) d->profile,
+                        .gi_id = gi,
+                        .ci_id = ci,
+                        .device_nodes = nodes[n],
+                        .memory_bytes = q && q->memory_mib > 0 ? q->memory_mib << 20 : profile_memory_bytes(d->profile),
+                };
+                n++;
+        }
+        return gpu_set_mig_devices(g, l, n);
+}
+
+static int build_links(Gpu *g, size_t self, const NvidiaGpu *gpus, size_t n_gpus, const NvidiaTopology *topo) {
+        GpuLink l[GPU_LINKS_MAX] = {};
+        size_t n = 0;
+        uint32_t a = gpus[self].index;
+
+        if (!topo || topo->n_gpus != n_gpus || a >= topo->n_gpus)
+                return gpu_set_links(g, NULL, 0);
+        for (size_t j = 0; j < n_gpus; j++) {
+                uint32_t b = gpus[j].index;
+                const NvidiaLink *k;
+                const char *type;
+
+                if (j == self || b >= topo->n_gpus || n >= GPU_LINKS_MAX)
+                        continue;
+                k = &topo->link[a][b];
+                if (k->type == NVIDIA_LINK_UNKNOWN || k->type == NVIDIA_LINK_SELF)
+                        continue;
+                type = nvidia_link_type_to_string((NvidiaLinkType) k->type);
+                if (!type)
+                        continue;
+                l[n++] = (GpuLink) {
+                        .peer_id = (char *) gpus[j].uuid,
+                        .type = (char *) type,
+                        .nvlinks = k->type == NVIDIA_LINK_NVLINK ? k->nvlinks : 0,
+                };
+        }
+        return gpu_set_links(g, l, n);
+}
+
+static void gpus_free(Gpu **l, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                gpu_free(l[i]);
+        free(l);
+}
+
+int nvidia_build_gpus(const NvidiaGpu *gpus, size_t n_gpus,
+                      const NvidiaMigDevice *migs, size_t n_migs,
+                      const NvidiaQMigDevice *q_migs, size_t n_q_migs,
+                      const NvidiaQGpu *q_gpus, size_t n_q_gpus,
+                      const NvidiaTopology *topo, const NvidiaVersions *versions,
+                      const char *mig_minors, Gpu ***ret, size_t *ret_n) {
+        Gpu **l;
+        size_t n = 0;
+        int r = 0;
+
+        l = calloc(n_gpus + 1, sizeof(Gpu *));
+        if (!l)
+                return -ENOMEM;
+
+        for (size_t i = 0; i < n_gpus; i++) {
+                const NvidiaGpu *row = &gpus[i];
+                const NvidiaQGpu *q = q_gpu_find(q_gpus, n_q_gpus, row->pci_address);
+                uint32_t minor = q && q->minor_number >= 0 ? (uint32_t) q->minor_number : row->index;
+                char node[32];
+                const char *cm, *driver_version;
+                Gpu *g;
+
+                if (!nvidia_gpu_uuid_is_valid(row->uuid) || row->index > INT32_MAX) {
+                        log_debug("NVIDIA GPU row %zu has no valid UUID, ignoring it.", i);
+                        continue;
+                }
+                r = gpu_new(row->uuid, &g);
+                if (r < 0)
+                        break;
+                l[n++] = g;
+
+                (void) snprintf(node, sizeof(node), "/dev/nvidia%" PRIu32, minor);
+                cm = row->compute_mode == NVIDIA_COMPUTE_MODE_UNKNOWN ? ""
+                                                                       : nvidia_compute_mode_to_string(row->compute_mode);
+                driver_version = !isempty(row->driver_version) ? row->driver_version
+                                                                : versions ? versions->driver : "";
+                g->vendor_id = NVIDIA_VENDOR_ID;
+                g->device_id = (uint16_t) (row->pci_device_id >> 16);
+                g->memory_bytes = row->memory_mib << 20;
+                g->memory_known = row->memory_mib > 0;
+                g->tiles = 1;
+                g->numa_node = topo && row->index < topo->n_gpus && topo->n_gpus == n_gpus ? topo->numa_node[row->index] : -1;
+                g->pci_class = NVIDIA_PCI_CLASS_3D;
+                g->index = (int32_t) row->index;
+                strv_free(g->device_nodes);
+                g->device_nodes = strv_copy((char *[]) { node, (char *) "/dev/nvidiactl", (char *) "/dev/nvidia-uvm",
+                                                         (char *) "/dev/nvidia-uvm-tools", NULL });
+                if (!g->device_nodes) {
+                        r = -ENOMEM;
+                        break;
+                }
+                if ((r = free_and_strdup(&g->vendor, "nvidia")) < 0 ||
+                    (r = free_and_strdup(&g->driver, "nvidia")) < 0 ||
+                    (r = free_and_strdup(&g->pci_address, row->pci_address)) < 0 ||
+                    (r = free_and_strdup(&g->product, row->name)) < 0 ||
+                    (r = free_and_strdup(&g->uuid, row->uuid)) < 0 ||
+                    (r = free_and_strdup(&g->compute_mode, cm ?: "")) < 0 ||
+                    (r = free_and_strdup(&g->mig_mode, row->mig_mode == NVIDIA_MIG_MODE_ENABLED ? "Enabled" :
+                                                       row->mig_mode == NVIDIA_MIG_MODE_DISABLED ? "Disabled" : "")) < 0 ||
+                    (r = free_and_strdup(&g->compute_capability, row->compute_cap)) < 0 ||
+                    (r = free_and_strdup(&g->driver_version, driver_version)) < 0 ||
+                    (r = free_and_strdup(&g->cuda_version, versions ? versions->cuda : "")) < 0)
+                        break;
+                r = build_mig_devices(g, row, minor, migs, n_migs, q_migs, n_q_migs, mig_minors);
+                if (r < 0)
+                        break;
+                r = build_links(g, i, gpus, n_gpus, topo);
+                if (r < 0)
+                        break;
+        }
+        if (r < 0) {
+                gpus_free(l, n);
+                return r;
+        }
+        *ret = l;
+        *ret_n = n;
+        return 0;
+}
+
+/* ---- the manager side ---- */
+
+static bool gpu_is_nvidia(const Gpu *g) {
+        return streq(g->vendor, "nvidia");
+}
+
+static bool reason_is_ours(const char *reason) {
+        return streq(reason, NVIDIA_REASON_GPU_LOST) || startswith(reason, NVIDIA_REASON_SMI_FAILED);
+}
+
+/* Sets a GPU's health and tells the bus at once (same dispatch). */
+static void nvidia_set_health(NvidiaProbe *p, Gpu *g, const char *health, const char *reason) {
+        char *names[] = { (char *) "Health", (char *) "HealthReason", NULL };
+        bool was_healthy = streq(g->health, GPU_HEALTHY);
+        int r;
+
+        r = gpu_set_health(g, health, reason);
+        if (r <= 0)
+                return;
+        r = probe_dbus_emit_gpu_changed(p->manager, g, names);
+        if (r < 0)
+                log_debug_errno(r, "Failed to emit PropertiesChanged for %s, ignoring: %m", g->id);
+        if (was_healthy && !streq(health, GPU_HEALTHY))
+                log_struct(LOG_WARNING, KGPU_MESSAGE_GPU_HEALTH, "NVIDIA GPU %s (index %d) is unhealthy: %s.",
+                           g->id, g->index, reason);
+        else if (!was_healthy && streq(health, GPU_HEALTHY))
+                log_struct(LOG_NOTICE, KGPU_MESSAGE_GPU_HEALTH, "NVIDIA GPU %s (index %d) is healthy again.",
+                           g->id, g->index);
+        manager_notify_status(p->manager);
+        manager_schedule_outputs(p->manager);
+}
+
+/* One observation of a GPU: good (answered) or bad (lost / poll failed). */
+static void nvidia_observe(NvidiaProbe *p, Gpu *g, bool good, const char *reason) {
+        if (!good) {
+                g->nvidia_good_polls = 0;
+                /* A GPU unhealthy for another reason (MPS) stays so; ours get the new one. */
+                if (streq(g->health, GPU_HEALTHY) || reason_is_ours(g->health_reason))
+                        nvidia_set_health(p, g, GPU_UNHEALTHY, reason);
+                return;
+        }
+        if (streq(g->health, GPU_HEALTHY) || !reason_is_ours(g->health_reason))
+                return;
+        if (g->nvidia_good_polls < UINT32_MAX)
+                g->nvidia_good_polls++;
+        if (g->nvidia_good_polls >= p->recover_polls) {
+                g->nvidia_good_polls = 0;
+                nvidia_set_health(p, g, GPU_HEALTHY, "");
+        }
+}
+
+static void nvidia_fail_all(NvidiaProbe *p, const char *message) {
+        _cleanup_free_ char *reason = NULL;
+
+        if (asprintf(&reason, "%s: %s", NVIDIA_REASON_SMI_FAILED, isempty(message) ? "unknown error" : message) < 0) {
+                log_oom();
+                return;
+        }
+        for (size_t i = 0; i < p->manager->n_gpus; i++)
+                if (gpu_is_nvidia(p->manager->gpus[i]))
+                        nvidia_observe(p, p->manager->gpus[i], false, reason);
+}
+
+static bool lost_matches(const NvidiaProbe *p, const Gpu *g) {
+        for (size_t i = 0; i < p->n_lost; i++)
+                if (!isempty(p->lost[i].pci_address) && streq(p->lost[i].pci_address, g->pci_address))
+                        return true;
+        return false;
+}
+
+static char *read_mig_minors(void) {
+        const char *path = getenv("KGPU_NVIDIA_CAPS_MIG_MINORS") ?: NVIDIA_CAPS_MIG_MINORS_DEFAULT;
+        _cleanup_close_ int fd = -EBADF;
+        _cleanup_free_ char *buf = NULL;
+        size_t n = 0;
+
+        fd = open(path, O_RDONLY|O_CLOEXEC|O_NOCTTY);
+        if (fd < 0) {
+                log_debug_errno(negative_errno(), "No MIG capability minors at %s: %m", path);
+                return NULL;
+        }
+        buf = malloc(NVIDIA_CAPS_MIG_MINORS_MAX + 1);
+        if (!buf)
+                return NULL;
+        for (;;) {
+                ssize_t k = read(fd, buf + n, NVIDIA_CAPS_MIG_MINORS_MAX - n);
+
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        log_debug_errno(negative_errno(), "Failed to read %s, ignoring: %m", path);
+                        return NULL;
+                }
+                if (k == 0)
+                        break;
+                n += (size_t) k;
+                if (n >= NVIDIA_CAPS_MIG_MINORS_MAX) {
+                        log_warning("%s is larger than %u bytes, ignoring it.", path, NVIDIA_CAPS_MIG_MINORS_MAX);
+                        return NULL;
+                }
+        }
+        buf[n] = 0;
+        if (strlen(buf) != n)
+                return NULL;
+        return TAKE_PTR(buf);
+}
+
+static void nvidia_apply_inventory(NvidiaProbe *p) {
+        Manager *m = p->manager;
+        _cleanup_free_ char *mig_minors = read_mig_minors();
+        Gpu **built = NULL;
+        size_t n_built = 0;
+        int r;
+
+        r = nvidia_build_gpus(p->gpus, p->n_gpus, p->migs, p->n_migs, p->q_migs, p->n_q_migs,
+                              p->q_gpus, p->n_q_gpus, p->topology, &p->versions, mig_minors, &built, &n_built);
+        if (r < 0) {
+                log_warning_errno(r, "Failed to build the NVIDIA GPU objects: %m");
+                p->last_error = r;
+                return;
+        }
+
+        /* Known GPUs nvidia-smi no longer lists: lost ones stay (unhealthy), others go. */
+        for (size_t i = m->n_gpus; i > 0; i--) {
+                Gpu *g = m->gpus[i - 1];
+                bool present = false;
+
+                if (!gpu_is_nvidia(g))
+                        continue;
+                for (size_t k = 0; k < n_built && !present; k++)
+                        present = streq(built[k]->id, g->id);
+                if (present)
+                        continue;
+                /* A lost GPU is named by bus id (or not at all): keep it, unhealthy. */
+                if (lost_matches(p, g) || (p->n_lost > 0 && isempty(p->lost[0].pci_address)))
+                        nvidia_observe(p, g, false, NVIDIA_REASON_GPU_LOST);
+                else {
+                        log_struct(LOG_WARNING, KGPU_MESSAGE_GPU_REMOVED,
+                                   "NVIDIA GPU %s is no longer listed by nvidia-smi, removing it.", g->id);
+                        (void) manager_remove_gpu(m, g->id);
+                }
+        }
+
+        for (size_t k = 0; k < n_built; k++) {
+                Gpu *g = TAKE_PTR(built[k]), *old = manager_find_gpu(m, g->id);
+
+                if (old) {
+                        /* Health and MPS state are kept: polls and SetMps own them. */
+                        if (free_and_strdup(&g->health, old->health) < 0 ||
+                            free_and_strdup(&g->health_reason, old->health_reason) < 0 ||
+                            free_and_strdup(&g->mps_state, old->mps_state) < 0 ||
+                            free_and_strdup(&g->mps_pipe_directory, old->mps_pipe_directory) < 0) {
+                                gpu_free(g);
+                                log_oom();
+                                continue;
+                        }
+                        if (!p->migs_known)
+                                (void) gpu_set_mig_devices(g, old->mig_devices, old->n_mig_devices);
+                        g->nvidia_good_polls = old->nvidia_good_polls;
+                }
+                r = manager_upsert_gpu(m, g);
+                if (r < 0)
+                        log_warning_errno(r, "Failed to add NVIDIA GPU, ignoring: %m");
+        }
+        /* An answered GPU counts as one good observation. */
+        for (size_t k = 0; k < p->n_gpus; k++) {
+                Gpu *g = manager_find_gpu(m, p->gpus[k].uuid);
+
+                if (g)
+                        nvidia_observe(p, g, true, NULL);
+        }
+        free(built);
+}
+
+static void nvidia_finish_inventory(NvidiaProbe *p, int error, const char *message) {
+        int r;
+
+        p->step = STEP_NONE;
+        p->run = nvidia_run_free(p->run);
+        p->last_error = error;
+        (void) free_and_strdup(&p->last_message, message ?: "");
+        p->n_inventories++;
+
+        if (error < 0) {
+                log_warning("Failed to read the NVIDIA GPUs with %s: %s", p->smi, isempty(message) ? "error" : message);
+                nvidia_fail_all(p, message);
+        } else {
+                nvidia_apply_inventory(p);
+                log_debug("NVIDIA inventory done: %zu GPUs, %zu MIG devices, %zu lost.", p->n_gpus, p->n_migs,
+                          p->n_lost);
+        }
+        inventory_reset(p);
+
+        if (p->again) {
+                bool refresh = p->again_refresh;
+
+                p->again = p->again_refresh = false;
+                r = nvidia_probe_inventory(p, refresh);
+                if (r >= 0 && nvidia_probe_busy(p))
+                        return;
+        }
+        for (size_t i = 0; i < p->n_waiters; i++) {
+                if (p->last_error < 0)
+                        r = sd_bus_reply_method_errorf(p->waiters[i], SD_BUS_ERROR_FAILED,
+                                                       "Reading the NVIDIA GPUs failed: %s", p->last_message);
+                else
+                        r = sd_bus_reply_method_return(p->waiters[i], NULL);
+                if (r < 0)
+                        log_debug_errno(r, "Failed to reply to Rescan, ignoring: %m");
+                p->waiters[i] = sd_bus_message_unref(p->waiters[i]);
+        }
+        p->n_waiters = 0;
+}
+
+static const char *result_text(const NvidiaRunResult *res, size_t *ret_len) {
+        if (res->out_len > 0) {
+                *ret_len = res->out_len;
+                return res->out;
+        }
+        *ret_len = res->err_len;
+        return res->err ?: "";
+}
+
+/* One line describing a failed run: the runner's error, the tool's own error line, or
+ * the parser's explanation. */
+static void describe_failure(int run_error, int parse_r, const NvidiaRunResult *res, const char *parse_error,
+                             char *buf, size_t size) {
+        NvidiaSmiError e = {};
+        size_t len;
+        const char *t;
+
+        if (run_error == -ETIME || (res && res->timed_out)) {
+                (void) snprintf(buf, size, "timed out");
+                return;
+        }
+        if (run_error < 0 || !res) {
+                (void) snprintf(buf, size, "%s", strerror(-(run_error < 0 ? run_error : parse_r)));
+                return;
+        }
+        t = result_text(res, &len);
+        if (nvidia_smi_parse_error(t, len, &e) > 0 && !isempty(e.message)) {
+                (void) snprintf(buf, size, "%s", e.message);
+                return;
+        }
+        if (!isempty(parse_error)) {
+                (void) snprintf(buf, size, "%s", parse_error);
+                return;
+        }
+        if (res->exit_status != 0) {
+                (void) snprintf(buf, size, "exit status %d", res->exit_status);
+                return;
+        }
+        (void) snprintf(buf, size, "%s", parse_r < 0 ? strerror(-parse_r) : "unexpected output");
+}
+
+static int inventory_start_step(NvidiaProbe *p, InventoryStep step);
+
+static void on_inventory_run(NvidiaRun *run, int error, const NvidiaRunResult *res, void *userdata) {
+        NvidiaProbe *p = userdata;
+        _cleanup_free_ char *perr = NULL;
+        _cleanup_free_ NvidiaGpu *list_gpus = NULL;
+        size_t n_list_gpus = 0;
+        char msg[NVIDIA_MESSAGE_MAX + 64];
+        const char *t = "";
+        size_t len = 0;
+        InventoryStep next = STEP_NONE;
+        int run_error = error, r;
+
+        if (res)
+                t = result_text(res, &len);
+        if (run_error >= 0 && res && (res->timed_out || res->truncated))
+                run_error = res->timed_out ? -ETIME : -EMSGSIZE;
+        r = run_error;
+
+        switch (p->step) {
+        case STEP_QUERY:
+                if (r >= 0)
+                        r = nvidia_smi_parse_query_gpu_health(t, len, NVIDIA_INVENTORY_FIELDS, &p->gpus, &p->n_gpus,
+                                                              &p->lost, &p->n_lost, &perr);
+                if (r == -ENODEV) {
+                        /* "No devices were found": a node without NVIDIA GPUs, no error. */
+                        log_info("nvidia-smi found no NVIDIA GPUs.");
+                        nvidia_finish_inventory(p, 0, NULL);
+                        return;
+                }
+                if (r < 0) {
+                        describe_failure(run_error, r, res, perr, msg, sizeof(msg));
+                        nvidia_finish_inventory(p, r, msg);
+                        return;
+                }
+                next = STEP_LIST;
+                break;
+        case STEP_LIST:
+                if (r >= 0)
+                        r = nvidia_smi_parse_list(t, len, &list_gpus, &n_list_gpus, &p->migs, &p->n_migs, &perr);
+                if (r < 0) {
+                        describe_failure(run_error, r, res, perr, msg, sizeof(msg));
+                        log_warning("nvidia-smi -L failed, MIG devices stay as they were: %s", msg);
+                } else
+                        p->migs_known = true;
+                next = STEP_Q;
+                break;
+        case STEP_Q:
+                if (r >= 0)
+                        r = nvidia_smi_parse_q_gpus(t, len, &p->q_gpus, &p->n_q_gpus, &perr);
+                if (r >= 0) {
+                        perr = mfree(perr);
+                        r = nvidia_smi_parse_q_mig_devices(t, len, &p->q_migs, &p->n_q_migs, &perr);
+                }
+                if (r >= 0) {
+                        perr = mfree(perr);
+                        (void) nvidia_smi_parse_versions(t, len, &p->versions, &perr);
+                }
+                if (r < 0) {
+                        describe_failure(run_error, r, res, perr, msg, sizeof(msg));
+                        log_info("nvidia-smi -q failed, device minors taken from the indices: %s", msg);
+                }
+                next = isempty(p->versions.cuda) ? STEP_SUMMARY : STEP_TOPO;
+                break;
+        case STEP_SUMMARY:
+                if (r >= 0)
+                        (void) nvidia_smi_parse_versions(t, len, &p->versions, &perr);
+                next = STEP_TOPO;
+                break;
+        case STEP_TOPO: {
+                NvidiaTopology *topo = NULL;
+
+                if (r >= 0)
+                        r = nvidia_smi_parse_topology(t, len, &topo, &perr);
+                if (r < 0) {
+                        describe_failure(run_error, r, res, perr, msg, sizeof(msg));
+                        log_warning("nvidia-smi topo -m failed, links and NUMA nodes unknown: %s", msg);
+                        p->topology = mfree(p->topology);
+                } else {
+                        free(p->topology);
+                        p->topology = topo;
+                }
+                nvidia_finish_inventory(p, 0, NULL);
+                return;
+        }
+        case STEP_NONE:
+                return;
+        }
+
+        if (next == STEP_TOPO && !p->refresh_topology && p->topology) {
+                nvidia_finish_inventory(p, 0, NULL);
+                return;
+        }
+        r = inventory_start_step(p, next);
+        if (r < 0) {
+                (void) snprintf(msg, sizeof(msg), "cannot run %s: %s", p->smi, strerror(-r));
+                nvidia_finish_inventory(p, r, msg);
+        }
+}
+
+static int inventory_start_step(NvidiaProbe *p, InventoryStep step) {
+        static char *const argv_query[] = { (char *) "nvidia-smi", (char *) "--query-gpu=" NVIDIA_INVENTORY_FIELDS,
+                                            (char *) "--format=csv,noheader,nounits", NULL };
+        static char *const argv_list[] = { (char *) "nvidia-smi", (char *) "-L", NULL };
+        static char *const argv_q[] = { (char *) "nvidia-smi", (char *) "-q", NULL };
+        static char *const argv_summary[] = { (char *) "nvidia-smi", NULL };
+        static char *const argv_topo[] = { (char *) "nvidia-smi", (char *) "topo", (char *) "-m", NULL };
+        char * const *argv = step == STEP_QUERY ? argv_query : step == STEP_LIST ? argv_list :
+                             step == STEP_Q ? argv_q : step == STEP_SUMMARY ? argv_summary : argv_topo;
+        NvidiaRunOptions opts = {};
+        int r;
+
+        p->run = nvidia_run_free(p->run);
+        p->step = step;
+        r = nvidia_run_start(p->manager->event, p->smi, argv, &opts, on_inventory_run, p, &p->run);
+        if (r < 0)
+                p->step = STEP_NONE;
+        return r;
+}
+
+int nvidia_probe_inventory(NvidiaProbe *p, bool refresh_topology) {
+        int r;
+
+        if (!p || !p->smi || !p->manager->event)
+                return 0;
+        if (nvidia_probe_busy(p)) {
+                p->again = true;
+                p->again_refresh = p->again_refresh || refresh_topology;
+                return 0;
+        }
+        inventory_reset(p);
+        p->refresh_topology = refresh_topology;
+        r = inventory_start_step(p, STEP_QUERY);
+        if (r < 0) {
+                char msg[256];
+
+                (void) snprintf(msg, sizeof(msg), "cannot run %s: %s", p->smi, strerror(-r));
+                nvidia_finish_inventory(p, r, msg);
+                return r;
+        }
+        return 0;
+}
+
+int nvidia_probe_wait_initial(NvidiaProbe *p) {
+        sd_event *e;
+        int r;
+
+        if (!p)
+                return 0;
+        e = p->manager->event;
+        while (nvidia_probe_busy(p)) {
+                r = sd_event_run(e, UINT64_MAX);
+                if (r < 0)
+                        return log_error_errno(r, "Event loop failed while reading the NVIDIA GPUs: %m");
+                if (sd_event_get_state(e) == SD_EVENT_FINISHED)
+                        return log_error_errno(-ECANCELED, "Stopped while reading the NVIDIA GPUs.");
+        }
+        if (p->smi && p->last_error < 0) {
+                if (p->fail_on_init)
+                        return log_error_errno(p->last_error,
+                                               "NVIDIA initialization failed: %s failed: %s "
+                                               "(failOnInitError is set; set it to false to start without NVIDIA GPUs).",
+                                               p->smi, p->last_message ?: "");
+                log_warning("NVIDIA initialization failed (%s), serving no NVIDIA GPUs until the next rescan "
+                            "(failOnInitError is false).", p->last_message ?: "");
+        }
+        return 0;
+}
+
+int nvidia_probe_reply_when_done(NvidiaProbe *p, sd_bus_message *message) {
+        if (!nvidia_probe_busy(p))
+                return 0;
+        if (p->n_waiters >= NVIDIA_WAITERS_MAX)
+                return 0;
+        p->waiters[p->n_waiters++] = sd_bus_message_ref(message);
+        return 1;
+}
+
+/* ---- health ---- */
+
+static void on_health_run(NvidiaRun *run, int error, const NvidiaRunResult *res, void *userdata) {
+        NvidiaProbe *p = userdata;
+        _cleanup_free_ NvidiaGpu *gpus = NULL;
+        _cleanup_free_ NvidiaSmiError *lost = NULL;
+        _cleanup_free_ char *perr = NULL;
+        size_t n = 0, n_lost = 0, len = 0;
+        const char *t = "";
+        int run_error = error, r;
+
+        p->n_polls++;
+        if (res)
+                t = result_text(res, &len);
+        if (run_error >= 0 && res && (res->timed_out || res->truncated))
+                run_error = res->timed_out ? -ETIME : -EMSGSIZE;
+        r = run_error;
+        if (r >= 0)
+                r = nvidia_smi_parse_query_gpu_health(t, len, NVIDIA_SMI_QUERY_FIELDS, &gpus, &n, &lost, &n_lost, &perr);
+        if (r == -ENODEV) {
+                /* No devices at all: every GPU we serve is gone. */
+                n = 0;
+                r = 0;
+        }
+        if (r < 0) {
+                char msg[NVIDIA_MESSAGE_MAX + 64];
+
+                describe_failure(run_error, r, res, perr, msg, sizeof(msg));
+                log_debug("NVIDIA health poll failed: %s", msg);
+                nvidia_fail_all(p, msg);
+        } else
+                for (size_t i = 0; i < p->manager->n_gpus; i++) {
+                        Gpu *g = p->manager->gpus[i];
+                        bool present = false;
+
+                        if (!gpu_is_nvidia(g))
+                                continue;
+                        for (size_t k = 0; k < n && !present; k++)
+                                present = streq(gpus[k].uuid, g->id);
+                        nvidia_observe(p, g, present, NVIDIA_REASON_GPU_LOST);
+                }
+        /* The callback may free the run: drop our pointer last. */
+        p->health_run = nvidia_run_free(p->health_run);
+}
+
+static uint64_t poll_timeout_usec(const NvidiaProbe *p) {
+        uint64_t t = (uint64_t) p->health_interval_ms * 1000U;
+
+        return t < NVIDIA_POLL_TIMEOUT_MIN_USEC ? NVIDIA_POLL_TIMEOUT_MIN_USEC :
+               t > NVIDIA_POLL_TIMEOUT_MAX_USEC ? NVIDIA_POLL_TIMEOUT_MAX_USEC : t;
+}
+
+static int on_health_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        static char *const argv[] = { (char *) "nvidia-smi", (char *) "--query-gpu=" NVIDIA_SMI_QUERY_FIELDS,
+                                      (char *) "--format=csv,noheader,nounits", NULL };
+        NvidiaProbe *p = userdata;
+        NvidiaRunOptions opts = { .timeout_usec = poll_timeout_usec(p) };
+        int r;
+
+        r = sd_event_source_set_time_relative(s, (uint64_t) p->health_interval_ms * 1000U);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(s, SD_EVENT_ON);
+        if (r < 0)
+                log_warning_errno(r, "Failed to re-arm the NVIDIA health timer: %m");
+
+        /* Never two polls at once, and none while the inventory runs. */
+        if (p->health_run || nvidia_probe_busy(p) || !p->smi)
+                return 0;
+        r = nvidia_run_start(p->manager->event, p->smi, argv, &opts, on_health_run, p, &p->health_run);
+        if (r < 0) {
+                char msg[128];
+
+                (void) snprintf(msg, sizeof(msg), "cannot run nvidia-smi: %s", strerror(-r));
+                p->n_polls++;
+                nvidia_fail_all(p, msg);
+        }
+        return 0;
+}
+
+static int nvidia_arm_health(NvidiaProbe *p) {
+        int r;
+
+        p->health_timer = sd_event_source_disable_unref(p->health_timer);
+        p->health_run = nvidia_run_free(p->health_run);
+        if (!p->smi || p->health_interval_ms == 0 || !p->manager->event)
+                return 0;
+        r = sd_event_add_time_relative(p->manager->event, &p->health_timer, CLOCK_MONOTONIC,
+                                       (uint64_t) p->health_interval_ms * 1000U, 0, on_health_timer, p);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_description(p->health_timer, "nvidia-health");
+        return 0;
+}
+
+int nvidia_probe_configure(NvidiaProbe *p, const Config *c) {
+        _cleanup_free_ char *smi = NULL;
+        bool enabled = c->nvidia_enabled;
+        int r;
+
+        if (free_and_strdup(&p->driver_root, c->nvidia_driver_root) < 0 ||
+            free_and_strdup(&p->smi_configured, c->nvidia_smi_path) < 0)
+                return -ENOMEM;
+        p->fail_on_init = c->nvidia_fail_on_init_error;
+        p->health_interval_ms = c->nvidia_health_interval_ms;
+        p->recover_polls = MAX(c->nvidia_health_recover_polls, 1U);
+
+        if (enabled) {
+                r = nvidia_tool_find(p->driver_root, p->smi_configured, "nvidia-smi", &smi);
+                if (r == -ENOMEM)
+                        return r;
+                if (r < 0) {
+                        if (!p->smi)
+                                log_notice("No NVIDIA driver: nvidia-smi not found%s%s, serving no NVIDIA GPUs.",
+                                           isempty(p->smi_configured) ? "" : " at ",
+                                           p->smi_configured ?: "");
+                        else
+                                log_notice("nvidia-smi is gone, keeping the NVIDIA GPUs read last.");
+                }
+        }
+        if (smi || !enabled) {
+                free(p->smi);
+                p->smi = TAKE_PTR(smi);
+        }
+        if (!enabled)
+                /* Switched off: the NVIDIA GPUs leave the bus. */
+                for (size_t i = p->manager->n_gpus; i > 0; i--)
+                        if (gpu_is_nvidia(p->manager->gpus[i - 1]))
+                                (void) manager_remove_gpu(p->manager, p->manager->gpus[i - 1]->id);
+        return nvidia_arm_health(p);
+}
