@@ -145,9 +145,7 @@ START_TEST(test_scalars_from_file) {
                       "  timeSlicing:\n"
                       "    renameByDefault: true\n"
                       "    failRequestsGreaterThanOne: true\n"
-                      "  mps:\n"
-                      "    renameByDefault: true\n"
-                      "    failRequestsGreaterThanOne: false\n", &err);
+                      "    resources: [{name: gpu, replicas: 2}]\n", &err);
         ck_assert_msg(c, "%s", err);
         ck_assert_str_eq(c->nvidia_config_version, "v1");
         ck_assert(!c->nvidia_enabled);
@@ -166,8 +164,8 @@ START_TEST(test_scalars_from_file) {
         ck_assert_int_eq(c->nvidia_replica_policy, REPLICA_POLICY_PACKED);
         ck_assert(c->nvidia_time_slicing.rename_by_default);
         ck_assert(c->nvidia_time_slicing.fail_requests_greater_than_one);
-        ck_assert(c->nvidia_mps.rename_by_default);
-        ck_assert(!c->nvidia_mps.fail_requests_greater_than_one);
+        ck_assert(!c->nvidia_mps.rename_by_default);
+        ck_assert(c->nvidia_mps.fail_requests_greater_than_one);
 }
 END_TEST
 
@@ -575,6 +573,385 @@ START_TEST(test_getopt_table) {
 }
 END_TEST
 
+/* ---- examples (tests/data/nvidia-config) ---- */
+
+static Config *load_example(const char *name) {
+        _cleanup_free_ char *path = NULL, *err = NULL;
+        const char *root = getenv("KGPU_SOURCE_ROOT");
+        Config *c = NULL;
+
+        ck_assert_ptr_nonnull(root);
+        ck_assert_int_ge(asprintf(&path, "%s/tests/data/nvidia-config/%s", root, name), 0);
+        clear_env();
+        ck_assert_msg(config_load(path, NULL, 0, &c, &err) >= 0, "%s: %s", name, err);
+        ck_assert_str_eq(c->file, path);
+        return c;
+}
+
+/* One shared entry, field by field; devices joined with ',' ("" for NULL, i.e. all). */
+static void check_resource(const ConfigSharing *sh, size_t i, const char *name, const char *rename,
+                           uint32_t replicas, uint64_t memory_gb, const char *devices, const char *advertised) {
+        const ConfigSharedResource *r;
+        _cleanup_free_ char *joined = NULL, *adv = NULL;
+
+        ck_assert_uint_gt(sh->n_resources, i);
+        r = &sh->resources[i];
+        ck_assert_str_eq(r->name, name);
+        if (rename)
+                ck_assert_str_eq(r->rename, rename);
+        else
+                ck_assert_ptr_null(r->rename);
+        ck_assert_uint_eq(r->replicas, replicas);
+        ck_assert_uint_eq(r->memory_bytes, memory_gb << 30);
+        if (devices) {
+                joined = strv_join(r->devices, ",");
+                ck_assert_ptr_nonnull(joined);
+                ck_assert_str_eq(joined, devices);
+        } else
+                ck_assert_ptr_null(r->devices);
+        adv = config_shared_resource_name(sh, r);
+        ck_assert_str_eq(adv, advertised);
+}
+
+/* The "flags" part every README example shares: the NVIDIA plugin's defaults, explicitly. */
+static void check_default_flags(const Config *c) {
+        ck_assert_str_eq(c->nvidia_config_version, "v1");
+        ck_assert_int_eq(c->nvidia_mig_strategy, MIG_STRATEGY_NONE);
+        ck_assert(c->nvidia_fail_on_init_error);
+        ck_assert_str_eq(c->nvidia_driver_root, "/");
+        ck_assert(!c->nvidia_pass_device_specs);
+        ck_assert_uint_eq(c->nvidia_device_list_strategy, DEVICE_LIST_STRATEGY_ENVVAR);
+        ck_assert_int_eq(c->nvidia_device_id_strategy, DEVICE_ID_STRATEGY_UUID);
+        ck_assert_str_eq(c->nvidia_cdi_annotation_prefix, "cdi.k8s.io/");
+        ck_assert_uint_eq(c->nvidia_time_slicing.n_resources, 0);
+        ck_assert_uint_eq(c->nvidia_mps.n_resources, 0);
+}
+
+START_TEST(test_example_flags) {
+        static const char * const files[] = {
+                "readme-config-file.yaml", "readme-dp-example-config0.yaml", "blog-gfd-config.yaml",
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(files); i++) {
+                _cleanup_(config_freep) Config *c = load_example(files[i]);
+
+                check_default_flags(c);
+        }
+        {
+                _cleanup_(config_freep) Config *c = load_example("readme-dp-example-config1.yaml");
+
+                ck_assert_str_eq(c->nvidia_config_version, "v1");
+                ck_assert_int_eq(c->nvidia_mig_strategy, MIG_STRATEGY_MIXED);
+                ck_assert(c->nvidia_fail_on_init_error);
+                ck_assert_str_eq(c->nvidia_driver_root, "/");
+                ck_assert(!c->nvidia_pass_device_specs);
+                ck_assert_uint_eq(c->nvidia_device_list_strategy, DEVICE_LIST_STRATEGY_ENVVAR);
+                ck_assert_int_eq(c->nvidia_device_id_strategy, DEVICE_ID_STRATEGY_UUID);
+        }
+}
+END_TEST
+
+START_TEST(test_example_time_slicing) {
+        {
+                _cleanup_(config_freep) Config *c = load_example("readme-time-slicing.yaml");
+
+                ck_assert_str_eq(c->nvidia_config_version, "v1");
+                ck_assert(!c->nvidia_time_slicing.rename_by_default);
+                ck_assert(!c->nvidia_time_slicing.fail_requests_greater_than_one);
+                ck_assert_uint_eq(c->nvidia_time_slicing.n_resources, 1);
+                check_resource(&c->nvidia_time_slicing, 0, "nvidia.com/gpu", NULL, 10, 0, NULL, "nvidia.com/gpu");
+                ck_assert_uint_eq(c->nvidia_mps.n_resources, 0);
+                ck_assert_int_eq(c->nvidia_mig_strategy, MIG_STRATEGY_NONE);
+        }
+        {
+                _cleanup_(config_freep) Config *c = load_example("readme-time-slicing-rename.yaml");
+
+                ck_assert(c->nvidia_time_slicing.rename_by_default);
+                ck_assert(!c->nvidia_time_slicing.fail_requests_greater_than_one);
+                ck_assert_uint_eq(c->nvidia_time_slicing.n_resources, 1);
+                check_resource(&c->nvidia_time_slicing, 0, "nvidia.com/gpu", NULL, 10, 0, NULL, "nvidia.com/gpu.shared");
+        }
+        {
+                static const char * const files[] = {
+                        "operator-time-slicing-config-all.yaml", "operator-time-slicing-tesla-t4.yaml",
+                        "operator-time-slicing-fields.yaml",
+                };
+
+                for (size_t i = 0; i < ELEMENTSOF(files); i++) {
+                        _cleanup_(config_freep) Config *c = load_example(files[i]);
+
+                        ck_assert_int_eq(c->nvidia_mig_strategy, MIG_STRATEGY_NONE);
+                        ck_assert(!c->nvidia_time_slicing.rename_by_default);
+                        ck_assert(!c->nvidia_time_slicing.fail_requests_greater_than_one);
+                        ck_assert_uint_eq(c->nvidia_time_slicing.n_resources, 1);
+                        check_resource(&c->nvidia_time_slicing, 0, "nvidia.com/gpu", NULL, 4, 0, NULL, "nvidia.com/gpu");
+                }
+        }
+        {
+                _cleanup_(config_freep) Config *c = load_example("operator-time-slicing-a100-40gb.yaml");
+
+                ck_assert_int_eq(c->nvidia_mig_strategy, MIG_STRATEGY_MIXED);
+                ck_assert_uint_eq(c->nvidia_time_slicing.n_resources, 5);
+                check_resource(&c->nvidia_time_slicing, 0, "nvidia.com/gpu", NULL, 8, 0, NULL, "nvidia.com/gpu");
+                check_resource(&c->nvidia_time_slicing, 1, "nvidia.com/mig-1g.5gb", NULL, 2, 0, NULL, "nvidia.com/mig-1g.5gb");
+                check_resource(&c->nvidia_time_slicing, 2, "nvidia.com/mig-2g.10gb", NULL, 2, 0, NULL, "nvidia.com/mig-2g.10gb");
+                check_resource(&c->nvidia_time_slicing, 3, "nvidia.com/mig-3g.20gb", NULL, 3, 0, NULL, "nvidia.com/mig-3g.20gb");
+                check_resource(&c->nvidia_time_slicing, 4, "nvidia.com/mig-7g.40gb", NULL, 7, 0, NULL, "nvidia.com/mig-7g.40gb");
+        }
+        {
+                _cleanup_(config_freep) Config *c = load_example("kgpu-time-slicing-per-gpu.yaml");
+
+                ck_assert_uint_eq(c->nvidia_device_list_strategy, DEVICE_LIST_STRATEGY_ENVVAR | DEVICE_LIST_STRATEGY_CDI_CRI);
+                ck_assert(c->nvidia_time_slicing.rename_by_default);
+                ck_assert(c->nvidia_time_slicing.fail_requests_greater_than_one);
+                ck_assert_uint_eq(c->nvidia_time_slicing.n_resources, 2);
+                check_resource(&c->nvidia_time_slicing, 0, "nvidia.com/gpu", NULL, 2, 0, "0,1", "nvidia.com/gpu.shared");
+                check_resource(&c->nvidia_time_slicing, 1, "nvidia.com/gpu", NULL, 4, 0,
+                               "GPU-b1028956-cfa2-0990-bf4a-5da9abb51763", "nvidia.com/gpu.shared");
+        }
+}
+END_TEST
+
+START_TEST(test_example_mps) {
+        static const struct {
+                const char *file;
+                uint32_t replicas;
+                bool rename;
+        } plain[] = {
+                { "readme-mps.yaml", 10, false },
+                { "readme-mps-rename.yaml", 10, true },
+                { "operator-mps.yaml", 4, false },
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(plain); i++) {
+                _cleanup_(config_freep) Config *c = load_example(plain[i].file);
+
+                ck_assert_str_eq(c->nvidia_config_version, "v1");
+                ck_assert_uint_eq(c->nvidia_time_slicing.n_resources, 0);
+                ck_assert(c->nvidia_mps.rename_by_default == plain[i].rename);
+                /* Not given: MPS refuses requests for more than one replica (upstream default). */
+                ck_assert(c->nvidia_mps.fail_requests_greater_than_one);
+                ck_assert_uint_eq(c->nvidia_mps.n_resources, 1);
+                check_resource(&c->nvidia_mps, 0, "nvidia.com/gpu", NULL, plain[i].replicas, 0, NULL,
+                               plain[i].rename ? "nvidia.com/gpu.shared" : "nvidia.com/gpu");
+        }
+        {
+                _cleanup_(config_freep) Config *c = load_example("nos-mps.yaml");
+
+                ck_assert_int_eq(c->nvidia_mig_strategy, MIG_STRATEGY_NONE);
+                ck_assert(!c->nvidia_mps.rename_by_default);
+                ck_assert(c->nvidia_mps.fail_requests_greater_than_one);
+                ck_assert_uint_eq(c->nvidia_mps.n_resources, 1);
+                check_resource(&c->nvidia_mps, 0, "nvidia.com/gpu", "nvidia.com/gpu-2gb", 2, 2, "0", "nvidia.com/gpu-2gb");
+        }
+        {
+                _cleanup_(config_freep) Config *c = load_example("kgpu-mps-slices.yaml");
+
+                ck_assert_uint_eq(c->nvidia_mps.n_resources, 2);
+                check_resource(&c->nvidia_mps, 0, "nvidia.com/gpu", "nvidia.com/gpu-2gb", 2, 2, "0", "nvidia.com/gpu-2gb");
+                check_resource(&c->nvidia_mps, 1, "nvidia.com/gpu", "nvidia.com/gpu-4gb", 1, 4, "0", "nvidia.com/gpu-4gb");
+        }
+}
+END_TEST
+
+/* ---- lists: forms and normalisation ---- */
+
+START_TEST(test_list_forms) {
+        _cleanup_(config_freep) Config *c = NULL;
+        _cleanup_free_ char *err = NULL;
+
+        clear_env();
+        c = from_yaml("sharing:\n"
+                      "  timeSlicing:\n"
+                      "    renameByDefault: true\n"
+                      "    resources:\n"
+                      "    - {name: gpu, rename: gpu-small, replicas: 3, devices: [007, \"2\"]}\n"
+                      "    - name: nvidia.com/mig-1g.10gb\n"
+                      "      replicas: 1024\n"
+                      "      devices: [\"0:1\", MIG-b1028956-cfa2-0990-bf4a-5da9abb51763,\n"
+                      "                MIG-GPU-b1028956-cfa2-0990-bf4a-5da9abb51763/3/0]\n"
+                      "    - {name: nvidia.com/mig-1c.2g.20gb, replicas: 2, devices: all}\n"
+                      "    - {name: mig-1g.10gb.me, replicas: 2}\n"
+                      "resources:\n"
+                      "  gpus:\n"
+                      "  - {pattern: \"*\", name: gpu}\n"
+                      "  mig:\n"
+                      "  - {pattern: 1g.10gb, name: nvidia.com/mig-1g.10gb}\n", &err);
+        ck_assert_msg(c, "%s", err);
+        ck_assert_uint_eq(c->nvidia_time_slicing.n_resources, 4);
+        /* Short names get the nvidia.com/ prefix, as upstream; "007" is GPU 7; an explicit rename wins. */
+        check_resource(&c->nvidia_time_slicing, 0, "nvidia.com/gpu", "nvidia.com/gpu-small", 3, 0, "7,2",
+                       "nvidia.com/gpu-small");
+        check_resource(&c->nvidia_time_slicing, 1, "nvidia.com/mig-1g.10gb", NULL, 1024, 0,
+                       "0:1,MIG-b1028956-cfa2-0990-bf4a-5da9abb51763,MIG-GPU-b1028956-cfa2-0990-bf4a-5da9abb51763/3/0",
+                       "nvidia.com/mig-1g.10gb.shared");
+        check_resource(&c->nvidia_time_slicing, 2, "nvidia.com/mig-1c.2g.20gb", NULL, 2, 0, NULL,
+                       "nvidia.com/mig-1c.2g.20gb.shared");
+        check_resource(&c->nvidia_time_slicing, 3, "nvidia.com/mig-1g.10gb.me", NULL, 2, 0, NULL,
+                       "nvidia.com/mig-1g.10gb.me.shared");
+}
+END_TEST
+
+START_TEST(test_list_given_twice_and_reload) {
+        clear_env();
+        /* libyaml keeps duplicate keys: the last list counts and the first is freed (ASan). */
+        for (int round = 0; round < 2; round++) {
+                _cleanup_(config_freep) Config *c = NULL;
+                _cleanup_free_ char *err = NULL;
+
+                c = from_yaml("sharing:\n"
+                              "  mps:\n"
+                              "    resources: [{name: gpu, replicas: 2, devices: [0]}]\n"
+                              "    resources: [{name: gpu, replicas: 3, memoryGB: 1}]\n", &err);
+                ck_assert_msg(c, "%s", err);
+                ck_assert_uint_eq(c->nvidia_mps.n_resources, 1);
+                check_resource(&c->nvidia_mps, 0, "nvidia.com/gpu", NULL, 3, 1, NULL, "nvidia.com/gpu");
+        }
+}
+END_TEST
+
+/* ---- lists: every error path ---- */
+
+START_TEST(test_list_errors) {
+        clear_env();
+        expect_error("sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 0\n",
+                     "kgpu.yaml:5: sharing.timeSlicing.resources[0].replicas: expected an integer from 1 to 1024, got '0'");
+        expect_error("sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n"
+                     "    - name: nvidia.com/gpu\n      replicas: -1\n",
+                     "kgpu.yaml:7: sharing.timeSlicing.resources[1].replicas: expected an integer from 1 to 1024, got '-1'");
+        expect_error("sharing:\n  timeSlicing:\n    resources:\n    - {name: gpu, replicas: 1025}\n",
+                     "kgpu.yaml:4: sharing.timeSlicing.resources[0].replicas: expected an integer from 1 to 1024, got '1025'");
+        expect_error("sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n",
+                     "kgpu.yaml:4: sharing.timeSlicing.resources[0].replicas: required, not given");
+        expect_error("sharing:\n  mps:\n    resources:\n    - replicas: 2\n",
+                     "kgpu.yaml:4: sharing.mps.resources[0].name: required, not given");
+        expect_error("sharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/tpu, replicas: 2}\n",
+                     "kgpu.yaml:4: sharing.timeSlicing.resources[0].name: expected nvidia.com/gpu or "
+                     "nvidia.com/mig-<profile>, got 'nvidia.com/tpu'");
+        expect_error("sharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/mig-big, replicas: 2}\n",
+                     "kgpu.yaml:4: sharing.timeSlicing.resources[0].name: expected nvidia.com/gpu or "
+                     "nvidia.com/mig-<profile>, got 'nvidia.com/mig-big'");
+        expect_error("sharing:\n  timeSlicing:\n    resources:\n    - {name: amd.com/gpu, replicas: 2}\n",
+                     "kgpu.yaml:4: sharing.timeSlicing.resources[0].name: expected a resource name under nvidia.com/, "
+                     "got 'amd.com/gpu'");
+        expect_error("sharing:\n  timeSlicing:\n    resources:\n    - {name: gpu, rename: Shared_GPU, replicas: 2}\n",
+                     "kgpu.yaml:4: sharing.timeSlicing.resources[0].rename: expected a resource name (nvidia.com/ and up "
+                     "to 63 lower case letters, digits, '-' or '.'), got 'Shared_GPU'");
+        expect_error("sharing:\n  timeSlicing:\n    resources:\n    - {name: gpu, rename: \"\", replicas: 2}\n",
+                     "kgpu.yaml:4: sharing.timeSlicing.resources[0].rename: expected a resource name (nvidia.com/ and up "
+                     "to 63 lower case letters, digits, '-' or '.'), got ''");
+        expect_error("sharing:\n  mps:\n    resources:\n    - {name: nvidia.com/mig-1g.10gb, replicas: 2}\n",
+                     "kgpu.yaml:4: sharing.mps.resources[0].name: MPS is not supported on MIG devices, only nvidia.com/gpu "
+                     "can be shared, got 'nvidia.com/mig-1g.10gb'");
+        expect_error("sharing:\n  mps:\n    resources:\n    - {name: gpu, replicas: 2, devices: [\"0:1\"]}\n",
+                     "kgpu.yaml:4: sharing.mps.resources[0].devices: MPS is not supported on MIG devices, got '0:1'");
+        expect_error("sharing:\n  timeSlicing:\n    resources:\n    - {name: gpu, replicas: 2, memoryGB: 2}\n",
+                     "kgpu.yaml:4: sharing.timeSlicing.resources[0].memoryGB: only sharing.mps resources have a memory size");
+        expect_error("sharing:\n  mps:\n    resources:\n    - {name: gpu, replicas: 2, memoryGB: 0}\n",
+                     "kgpu.yaml:4: sharing.mps.resources[0].memoryGB: expected a whole number of GiB from 1 to 65536, got '0'");
+        expect_error("sharing:\n  mps:\n    resources:\n    - {name: gpu, replicas: 2, memoryGB: 1.5}\n",
+                     "kgpu.yaml:4: sharing.mps.resources[0].memoryGB: expected a whole number of GiB from 1 to 65536, got '1.5'");
+        expect_error("sharing:\n  timeSlicing:\n    resources:\n    - {name: gpu, replicas: 2, devices: some}\n",
+                     "kgpu.yaml:4: sharing.timeSlicing.resources[0].devices: expected \"all\" or a list of GPU indexes, "
+                     "MIG indexes or UUIDs, got 'some'");
+        expect_error("sharing:\n  timeSlicing:\n    resources:\n    - {name: gpu, replicas: 2, devices: 2}\n",
+                     "kgpu.yaml:4: sharing.timeSlicing.resources[0].devices: a count of devices is not supported, "
+                     "expected \"all\" or a list of devices, got '2'");
+        expect_error("sharing:\n  timeSlicing:\n    resources:\n    - {name: gpu, replicas: 2, devices: []}\n",
+                     "kgpu.yaml:4: sharing.timeSlicing.resources[0].devices: expected \"all\" or a non-empty list of devices");
+        expect_error("sharing:\n  timeSlicing:\n    resources:\n    - {name: gpu, replicas: 2, devices: {a: 1}}\n",
+                     "kgpu.yaml:4: sharing.timeSlicing.resources[0].devices: expected \"all\" or a list of devices, got a mapping");
+        expect_error("sharing:\n  timeSlicing:\n    resources:\n    - name: gpu\n      replicas: 2\n      devices:\n"
+                     "      - 0\n      - GPU-1234\n",
+                     "kgpu.yaml:8: sharing.timeSlicing.resources[0].devices: expected a GPU index (0), a MIG index (0:1), "
+                     "a GPU UUID (GPU-...) or a MIG UUID (MIG-...), got 'GPU-1234'");
+        expect_error("sharing:\n  timeSlicing:\n    resources:\n    - {name: gpu, replicas: 2, devices: [[0]]}\n",
+                     "kgpu.yaml:4: sharing.timeSlicing.resources[0].devices: list items must be GPU indexes, MIG indexes or UUIDs");
+        expect_error("sharing:\n  timeSlicing:\n    resources:\n    - {name: gpu, replicas: 2, devices: [1, \"01\"]}\n",
+                     "kgpu.yaml:4: sharing.timeSlicing.resources[0].devices: '1' listed twice");
+        expect_error("sharing:\n  timeSlicing:\n    resources:\n    - {name: gpu, replicas: 2, replica: 3}\n",
+                     "kgpu.yaml:4: sharing.timeSlicing.resources[0]: unknown key 'replica'");
+        expect_error("sharing:\n  timeSlicing:\n    resources:\n    - {name: gpu, replicas: 2, replicas: 3}\n",
+                     "kgpu.yaml:4: sharing.timeSlicing.resources[0].replicas: given twice");
+        expect_error("sharing:\n  timeSlicing:\n    resources:\n    - {name: [gpu], replicas: 2}\n",
+                     "kgpu.yaml:4: sharing.timeSlicing.resources[0].name: expected a single value");
+        expect_error("sharing:\n  timeSlicing:\n    resources:\n    - nvidia.com/gpu\n",
+                     "kgpu.yaml:4: sharing.timeSlicing.resources[0]: expected a mapping (name, replicas, ...)");
+        expect_error("sharing:\n  timeSlicing:\n    resources: nvidia.com/gpu\n",
+                     "kgpu.yaml:3: sharing.timeSlicing.resources: expected a list of resources (name, replicas, ...)");
+        expect_error("sharing:\n  timeSlicing:\n    resources: []\n",
+                     "kgpu.yaml:3: sharing.timeSlicing.resources: no resources specified");
+        expect_error("sharing:\n  timeSlicing:\n    renameByDefault: true\n",
+                     "kgpu.yaml:3: sharing.timeSlicing: no resources specified");
+        expect_error("version: v1\nsharing:\n  mps:\n    failRequestsGreaterThanOne: false\n",
+                     "kgpu.yaml:4: sharing.mps: no resources specified");
+        expect_error("sharing:\n  timeSlicing:\n    resources: [{name: gpu, replicas: 2}]\n"
+                     "  mps:\n    resources: [{name: gpu, replicas: 2}]\n",
+                     "kgpu.yaml:5: sharing.mps: time-slicing and MPS are mutually exclusive (sharing.timeSlicing is at line 3)");
+}
+END_TEST
+
+START_TEST(test_list_duplicates) {
+        clear_env();
+        /* The same advertised name twice on the same devices. */
+        expect_error("sharing:\n  timeSlicing:\n    resources:\n    - {name: gpu, replicas: 2}\n"
+                     "    - {name: nvidia.com/gpu, replicas: 4}\n",
+                     "kgpu.yaml:5: sharing.timeSlicing.resources[1]: 'nvidia.com/gpu' is already advertised for the same "
+                     "devices by sharing.timeSlicing.resources[0]");
+        expect_error("sharing:\n  mps:\n    resources:\n"
+                     "    - {name: gpu, rename: gpu-2gb, memoryGB: 2, replicas: 2, devices: [\"0\", \"1\"]}\n"
+                     "    - {name: gpu, rename: gpu-2gb, memoryGB: 2, replicas: 1, devices: [\"1\"]}\n",
+                     "kgpu.yaml:5: sharing.mps.resources[1]: 'nvidia.com/gpu-2gb' is already advertised for the same "
+                     "devices by sharing.mps.resources[0]");
+        /* renameByDefault makes two distinct names one. */
+        expect_error("sharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n"
+                     "    - {name: gpu, rename: gpu.shared, replicas: 2, devices: [0]}\n"
+                     "    - {name: gpu, replicas: 2, devices: [0]}\n",
+                     "kgpu.yaml:6: sharing.timeSlicing.resources[1]: 'nvidia.com/gpu.shared' is already advertised for the "
+                     "same devices by sharing.timeSlicing.resources[0]");
+        /* One device time-sliced under two names. */
+        expect_error("sharing:\n  timeSlicing:\n    resources:\n"
+                     "    - {name: gpu, replicas: 2, devices: [0, 1]}\n"
+                     "    - {name: gpu, rename: gpu-other, replicas: 2, devices: [1, 2]}\n",
+                     "kgpu.yaml:5: sharing.timeSlicing.resources[1]: 'nvidia.com/gpu' on the same devices is already "
+                     "time-sliced by sharing.timeSlicing.resources[0]");
+        /* Fine: other devices; MPS slices of different sizes on one GPU (tested in test_example_mps). */
+        {
+                _cleanup_(config_freep) Config *c = NULL;
+                _cleanup_free_ char *err = NULL;
+
+                c = from_yaml("sharing:\n  timeSlicing:\n    resources:\n"
+                              "    - {name: gpu, replicas: 2, devices: [0]}\n"
+                              "    - {name: gpu, replicas: 8, devices: [1]}\n"
+                              "    - {name: mig-1g.10gb, replicas: 2}\n", &err);
+                ck_assert_msg(c, "%s", err);
+                ck_assert_uint_eq(c->nvidia_time_slicing.n_resources, 3);
+        }
+}
+END_TEST
+
+START_TEST(test_resource_patterns) {
+        clear_env();
+        expect_error("resources:\n  gpus:\n  - pattern: \"*A100*\"\n    name: a100\n",
+                     "kgpu.yaml:4: resources.gpus[0].name: custom resource names are not supported: whole GPUs are "
+                     "nvidia.com/gpu, got 'a100'");
+        expect_error("resources:\n  mig:\n  - {pattern: 1g.10gb, name: mig-small}\n",
+                     "kgpu.yaml:3: resources.mig[0].name: custom resource names are not supported: MIG devices are "
+                     "nvidia.com/mig-<profile>, got 'mig-small'");
+        expect_error("resources:\n  gpus:\n  - {name: gpu}\n",
+                     "kgpu.yaml:3: resources.gpus[0].pattern: required, not given");
+        expect_error("resources:\n  gpus:\n  - {pattern: \"*\"}\n",
+                     "kgpu.yaml:3: resources.gpus[0].name: required, not given");
+        expect_error("resources:\n  gpus:\n  - {pattern: \"*\", name: gpu, other: 1}\n",
+                     "kgpu.yaml:3: resources.gpus[0]: unknown key 'other'");
+        expect_error("resources:\n  gpus: gpu\n",
+                     "kgpu.yaml:2: resources.gpus: expected a list of {pattern, name}");
+        expect_error("resources:\n  gpus:\n  - gpu\n",
+                     "kgpu.yaml:3: resources.gpus[0]: expected a mapping (pattern, name)");
+        expect_error("resources:\n  gpu: []\n", "kgpu.yaml:2: unknown key 'resources.gpu'");
+}
+END_TEST
+
 static Suite *nvidia_config_suite(void) {
         Suite *s = suite_create("nvidia-config");
         TCase *tc = tcase_create("scalars");
@@ -591,6 +968,17 @@ static Suite *nvidia_config_suite(void) {
         tcase_add_test(tc, test_accepted_and_ignored);
         tcase_add_test(tc, test_unsupported_values);
         tcase_add_test(tc, test_getopt_table);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("lists");
+        tcase_add_test(tc, test_example_flags);
+        tcase_add_test(tc, test_example_time_slicing);
+        tcase_add_test(tc, test_example_mps);
+        tcase_add_test(tc, test_list_forms);
+        tcase_add_test(tc, test_list_given_twice_and_reload);
+        tcase_add_test(tc, test_list_errors);
+        tcase_add_test(tc, test_list_duplicates);
+        tcase_add_test(tc, test_resource_patterns);
         suite_add_tcase(s, tc);
         return s;
 }
