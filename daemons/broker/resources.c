@@ -921,6 +921,7 @@ int resources_preferred_allocation(const Resources *r, const char *resource,
         _cleanup_free_ PolicyCandidate *cand = NULL;
         _cleanup_free_ size_t *picked = NULL;
         _cleanup_free_ Device *d = NULL;
+        _cleanup_free_ bool *taken = NULL;
         size_t n, n_result = 0, n_cand = 0;
         int k;
 
@@ -960,7 +961,8 @@ int resources_preferred_allocation(const Resources *r, const char *resource,
         result = calloc((size_t) size + 1, sizeof(char *));
         cand = calloc(strv_length(available) + 1, sizeof(PolicyCandidate));
         picked = calloc(strv_length(available) + 1, sizeof(size_t));
-        if (!result || !cand || !picked)
+        taken = calloc(n + 1, sizeof(bool));  /* by index in d: candidates so far */
+        if (!result || !cand || !picked || !taken)
                 return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
 
         /* must_include first: the kubelet's decision, even for an unhealthy device. */
@@ -978,14 +980,12 @@ int resources_preferred_allocation(const Resources *r, const char *resource,
         /* Then the policy's choice among the healthy available devices not taken yet. */
         for (char * const *i = available; i && *i; i++) {
                 const Device *dev = resources_find_device(d, n, *i);
-                bool dup = false;
 
-                if (!dev || !dev->healthy || result_has(result, n_result, dev->id))
+                /* A flag per device, not a scan of the candidates: 1024 available ids
+                 * made that scan half a million comparisons per call. */
+                if (!dev || !dev->healthy || taken[dev - d] || result_has(result, n_result, dev->id))
                         continue;
-                for (size_t j = 0; j < n_cand && !dup; j++)
-                        dup = cand[j].id == dev->id;
-                if (dup)
-                        continue;
+                taken[dev - d] = true;
                 cand[n_cand++] = (PolicyCandidate) {
                         .id = dev->id,
                         .gpu = dev->gpu ? dev->gpu->info.id : dev->id,
