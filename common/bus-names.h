@@ -20,3 +20,4 @@
 #define KGPU_ERROR_INVALID_ARGS     "io.kgpu.Error.InvalidArgs"
 #define KGPU_ERROR_STATE            "io.kgpu.Error.StateUnavailable"
 #define KGPU_ERROR_ACCESS_DENIED    "io.kgpu.Error.AccessDenied"
+#define KGPU_ERROR_MPS_FAILED       "io.kgpu.Error.MpsFailed"

@@ -461,3 +461,88 @@ int labels_nvidia_build(const LabelsNvidiaGpu *gpus, size_t n, const Config *c, 
         *ret = TAKE_PTR(out);
         return 0;
 }
+
+int labels_nvidia_from_gpus(Gpu * const *gpus, size_t n, const Config *c, char ***ret) {
+        _cleanup_free_ LabelsNvidiaGpu *l = NULL;
+        LabelsNvidiaMig *migs = NULL;
+        size_t k = 0, n_migs = 0, used = 0;
+        int r;
+
+        for (size_t i = 0; i < n; i++)
+                if (streq(gpus[i]->vendor, "nvidia"))
+                        n_migs += gpus[i]->n_mig_devices;
+        l = calloc(n + 1, sizeof(LabelsNvidiaGpu));
+        migs = calloc(n_migs + 1, sizeof(LabelsNvidiaMig));
+        if (!l || !migs) {
+                free(migs);
+                return -ENOMEM;
+        }
+        for (size_t i = 0; i < n; i++) {
+                const Gpu *g = gpus[i];
+
+                if (!streq(g->vendor, "nvidia"))
+                        continue;
+                if (streq(g->health, GPU_UNHEALTHY) &&
+                    (streq(g->health_reason, "gpu-lost") || streq(g->health_reason, "removed")))
+                        continue;
+                l[k] = (LabelsNvidiaGpu) {
+                        .product = g->product,
+                        .memory_bytes = g->memory_bytes,
+                        .compute_capability = g->compute_capability,
+                        .driver_version = g->driver_version,
+                        .cuda_version = g->cuda_version,
+                        .mig_mode = g->mig_mode,
+                        .pci_class = g->pci_class,
+                        .migs = migs + used,
+                        .n_migs = g->n_mig_devices,
+                };
+                for (size_t j = 0; j < g->n_mig_devices; j++)
+                        migs[used++] = (LabelsNvidiaMig) {
+                                .profile = g->mig_devices[j].profile,
+                                .memory_bytes = g->mig_devices[j].memory_bytes,
+                        };
+                k++;
+        }
+        r = labels_nvidia_build(l, k, c, ret);
+        free(migs);
+        return r;
+}
+
+static int sharing_copy(const ConfigSharing *src, ConfigSharing *dst) {
+        dst->rename_by_default = src->rename_by_default;
+        dst->fail_requests_greater_than_one = src->fail_requests_greater_than_one;
+        if (src->n_resources == 0)
+                return 0;
+        dst->resources = calloc(src->n_resources, sizeof(ConfigSharedResource));
+        if (!dst->resources)
+                return -ENOMEM;
+        dst->n_resources = src->n_resources;
+        for (size_t i = 0; i < src->n_resources; i++) {
+                const ConfigSharedResource *s = &src->resources[i];
+                ConfigSharedResource *d = &dst->resources[i];
+
+                d->replicas = s->replicas;
+                d->memory_bytes = s->memory_bytes;
+                if ((s->name && !(d->name = strdup(s->name))) || (s->rename && !(d->rename = strdup(s->rename))))
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+int labels_nvidia_config_copy(const Config *src, Config **ret) {
+        _cleanup_(config_freep) Config *c = NULL;
+        int r;
+
+        c = calloc(1, sizeof(Config));
+        if (!c)
+                return -ENOMEM;
+        c->nvidia_mig_strategy = src->nvidia_mig_strategy;
+        r = sharing_copy(&src->nvidia_time_slicing, &c->nvidia_time_slicing);
+        if (r < 0)
+                return r;
+        r = sharing_copy(&src->nvidia_mps, &c->nvidia_mps);
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(c);
+        return 0;
+}

@@ -44,6 +44,7 @@
 #include <stdint.h>
 
 #include "common/config.h"
+#include "daemons/probe/gpu.h"
 
 #define LABELS_NVIDIA_PREFIX "nvidia.com/"
 
@@ -68,3 +69,11 @@ typedef struct LabelsNvidiaGpu {
 const char *labels_nvidia_family(unsigned major, unsigned minor);
 
 int labels_nvidia_build(const LabelsNvidiaGpu *gpus, size_t n, const Config *c, char ***ret);
+
+/* The probe's side: the labels of the NVIDIA GPUs among gpus (vendor "nvidia", except
+ * those Unhealthy as "gpu-lost" or "removed"), in the order given. */
+int labels_nvidia_from_gpus(Gpu * const *gpus, size_t n, const Config *c, char ***ret);
+
+/* A Config holding copies of just what the labels read (migStrategy, the sharing
+ * lists' name, rename and replicas), kept by the probe across reloads; config_free(). */
+int labels_nvidia_config_copy(const Config *src, Config **ret);

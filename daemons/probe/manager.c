@@ -20,7 +20,9 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemons/probe/labels-intel.h"
+#include "daemons/probe/labels-nvidia.h"
 #include "daemons/probe/manager.h"
+#include "daemons/probe/mps.h"
 #include "daemons/probe/cdi-nvidia.h"
 #include "daemons/probe/nvidia.h"
 #include "daemons/probe/outputs.h"
@@ -61,6 +63,9 @@ Manager *manager_free(Manager *m) {
         if (!m)
                 return NULL;
         nvidia_probe_free(m->nvidia);
+        /* The MPS daemons stay (see mps.h); pending SetMps calls get their error now. */
+        mps_free(m->mps);
+        config_free(m->nvidia_labels_config);
         sd_event_source_unref(m->outputs_source);
         free(m->feature_file);
         free(m->cdi_directory);
@@ -108,6 +113,19 @@ int manager_configure(Manager *m, const Config *c, const char **ret_key) {
         m->memory_override = override;
         m->memory_reserved = reserved;
         m->pci_grouping_level = MIN(c->intel_pci_grouping_level, (uint32_t) LABELS_INTEL_PCI_LEVEL_MAX);
+        {
+                Config *lc = NULL;
+                int k;
+
+                k = labels_nvidia_config_copy(c, &lc);
+                if (k < 0)
+                        return k;
+                config_free(m->nvidia_labels_config);
+                m->nvidia_labels_config = lc;
+                k = mps_configure(&m->mps, m->event, c, probe_dbus_mps_state_changed, m);
+                if (k < 0)
+                        return k;
+        }
         return nvidia_probe_configure(m->nvidia, c);
 }
 
@@ -119,6 +137,8 @@ int manager_write_outputs(Manager *m) {
                 _cleanup_free_ char *text = NULL;
 
                 k = labels_intel_build(m->gpus, m->n_gpus, m->pci_grouping_level, &labels);
+                if (k >= 0)
+                        k = outputs_add_nvidia_labels(&labels, m->gpus, m->n_gpus, m->nvidia_labels_config);
                 if (k >= 0) {
                         text = strv_join(labels, "\n");
                         k = text ? 0 : -ENOMEM;

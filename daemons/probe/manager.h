@@ -43,6 +43,8 @@ typedef struct Manager {
         sd_event_source *outputs_source; /* defer: rewrite them once per loop iteration */
 
         struct NvidiaProbe *nvidia;     /* NVIDIA inventory and health (nvidia.c) */
+        struct Mps *mps;                /* MPS control daemons, SetMps (mps.c) */
+        Config *nvidia_labels_config;   /* what the NVIDIA labels read of the config (labels-nvidia.c) */
 
         uid_t broker_uid;       /* (uid_t) -1 when the broker user does not exist */
         uint64_t start_time;    /* CLOCK_REALTIME usec */

@@ -82,9 +82,13 @@ struct Mps {
         Entry **entries;
         size_t n_entries;
         sd_event_source *kick_source;
+        sd_event_source *check_source;
+        uint64_t check_usec;
         MpsStateCallback state_cb;
         void *userdata;
 };
+
+static void mps_arm_check(Mps *m);
 
 static const char *strna(const char *s) {
         return s ? s : "";
@@ -130,6 +134,7 @@ Mps *mps_free(Mps *m) {
                 entry_free(m->entries[i]);
         free(m->entries);
         sd_event_source_disable_unref(m->kick_source);
+        sd_event_source_disable_unref(m->check_source);
         sd_event_unref(m->event);
         free(m->directory);
         free(m->smi_path);
@@ -257,6 +262,7 @@ static void entry_set_state(Entry *e, MpsState state, const char *message) {
         if (e->state == state)
                 return;
         e->state = state;
+        mps_arm_check(e->mps);
         if (e->mps->state_cb)
                 e->mps->state_cb(e->mps, e->uuid, state, state == MPS_STATE_OFF ? "" : e->pipe_dir,
                                  message, e->mps->userdata);
@@ -758,4 +764,74 @@ int mps_check_all(Mps *m) {
                 n++;
         }
         return n;
+}
+
+static int on_check_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        Mps *m = userdata;
+        int r;
+
+        r = mps_check_all(m);
+        if (r < 0)
+                log_debug_errno(r, "Failed to start the MPS health checks, ignoring: %m");
+        mps_arm_check(m);
+        return 0;
+}
+
+/* The check timer runs only while some daemon runs: no wakeups on a node without MPS. */
+static void mps_arm_check(Mps *m) {
+        bool any = false;
+        int r = 0;
+
+        for (size_t i = 0; i < m->n_entries && !any; i++)
+                any = m->entries[i]->state == MPS_STATE_RUNNING;
+        if (!any || m->check_usec == 0) {
+                if (m->check_source)
+                        (void) sd_event_source_set_enabled(m->check_source, SD_EVENT_OFF);
+                return;
+        }
+        if (!m->check_source) {
+                r = sd_event_add_time_relative(m->event, &m->check_source, CLOCK_MONOTONIC, m->check_usec, 0,
+                                               on_check_timer, m);
+                if (r >= 0)
+                        (void) sd_event_source_set_description(m->check_source, "mps-check");
+        } else if (sd_event_source_get_enabled(m->check_source, NULL) <= 0) {
+                r = sd_event_source_set_time_relative(m->check_source, m->check_usec);
+                if (r >= 0)
+                        r = sd_event_source_set_enabled(m->check_source, SD_EVENT_ONESHOT);
+        }
+        if (r < 0)
+                log_warning_errno(r, "Failed to arm the MPS health check timer, ignoring: %m");
+}
+
+int mps_set_check_interval(Mps *m, uint64_t usec) {
+        if (usec != m->check_usec)
+                m->check_source = sd_event_source_disable_unref(m->check_source);
+        m->check_usec = usec;
+        mps_arm_check(m);
+        return 0;
+}
+
+int mps_configure(Mps **mps, sd_event *event, const Config *c, MpsStateCallback state_cb, void *userdata) {
+        _cleanup_free_ char *smi = NULL, *control = NULL;
+        int r;
+
+        if (!*mps) {
+                _cleanup_free_ char *dir = NULL;
+
+                if (asprintf(&dir, "%s/mps", isempty(c->runtime_directory) ? "/run/kgpu" : c->runtime_directory) < 0)
+                        return -ENOMEM;
+                r = mps_new(event, dir, state_cb, userdata, mps);
+                if (r < 0)
+                        return r;
+        }
+        if (c->nvidia_enabled) {
+                /* Not found: SetMps fails with MpsFailed naming the missing tool. */
+                (void) nvidia_tool_find(c->nvidia_driver_root, c->nvidia_smi_path, "nvidia-smi", &smi);
+                (void) nvidia_tool_find(c->nvidia_driver_root, c->nvidia_mps_control_path, "nvidia-cuda-mps-control",
+                                        &control);
+        }
+        r = mps_set_tools(*mps, smi, control);
+        if (r < 0)
+                return r;
+        return mps_set_check_interval(*mps, (uint64_t) c->nvidia_health_interval_ms * 1000U);
 }

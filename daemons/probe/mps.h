@@ -47,6 +47,7 @@
 #include <systemd/sd-event.h>
 
 #include "common/cleanup.h"
+#include "common/config.h"
 
 #define MPS_QUEUE_MAX   16U
 #define MPS_MESSAGE_MAX 1024U
@@ -86,6 +87,16 @@ DEFINE_CLEANUP_FUNC(Mps, mps_free);
 int mps_set_tools(Mps *m, const char *smi_path, const char *control_path);
 /* Per tool run; 0: the runner's default. */
 void mps_set_timeout(Mps *m, uint64_t usec);
+
+/* Runs mps_check_all() every usec (0: no timer; the caller may call it from its own
+ * health tick instead). */
+int mps_set_check_interval(Mps *m, uint64_t usec);
+
+/* For the probe: creates *mps on the first call (directory "<runtimeDirectory>/mps"; it
+ * is kept on later calls, as running daemons' pipe directories cannot move), then sets
+ * the tools (nvidia.mpsControlPath / nvidia.smiPath, else found under the driver root;
+ * none when nvidia.enabled is false) and the check interval (nvidia.healthIntervalMs). */
+int mps_configure(Mps **mps, sd_event *event, const Config *c, MpsStateCallback state_cb, void *userdata);
 
 /* -EINVAL with a message (caller frees) for: a UUID that is no GPU UUID; enabled with a
  * MIG-enabled GPU, a percentage outside 1..100 or less than 1 MiB of pinned memory. */

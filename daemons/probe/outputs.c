@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "daemons/probe/labels-nvidia.h"
 #include "daemons/probe/outputs.h"
 
 static int mkdir_parents(const char *dir) {
@@ -31,6 +32,22 @@ static int mkdir_parents(const char *dir) {
                 if (c == 0)
                         break;
         }
+        return 0;
+}
+
+int outputs_add_nvidia_labels(char ***labels, Gpu * const *gpus, size_t n, const Config *c) {
+        _cleanup_strv_free_ char **l = NULL;
+        int r;
+
+        r = labels_nvidia_from_gpus(gpus, n, c, &l);
+        if (r < 0)
+                return r;
+        for (char **p = l; p && *p; p++) {
+                r = strv_extend(labels, *p);
+                if (r < 0)
+                        return r;
+        }
+        strv_sort(*labels);
         return 0;
 }
 

@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 
+#include "common/config.h"
 #include "daemons/probe/gpu.h"
 
 #define OUTPUTS_FEATURE_FILE_DEFAULT "/etc/kubernetes/node-feature-discovery/features.d/kgpu"
@@ -20,6 +21,10 @@
 #define OUTPUTS_CDI_KIND "gpu.intel.com/gpu"
 #define OUTPUTS_CDI_FILE "kgpu-intel-gpu.json"
 #define OUTPUTS_CDI_VERSION "0.5.0"
+
+/* Adds the NVIDIA labels of gpus (labels-nvidia.h; c: NULL or what they read of the
+ * config) to the label lines in *labels and sorts them all. */
+int outputs_add_nvidia_labels(char ***labels, Gpu * const *gpus, size_t n, const Config *c);
 
 /* Writes data to path atomically (see above). path must be absolute. */
 int outputs_write_atomic(const char *path, const char *data, size_t len);

@@ -14,6 +14,7 @@
 #include "common/bus-names.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "daemons/probe/mps.h"
 #include "daemons/probe/nvidia.h"
 #include "daemons/probe/probe-dbus.h"
 
@@ -126,12 +127,123 @@ static int method_rescan(sd_bus_message *message, void *userdata, sd_bus_error *
         return sd_bus_reply_method_return(message, NULL);
 }
 
+/* HealthReason while a GPU's MPS failed (the NVIDIA contract). */
+#define PROBE_REASON_MPS_FAILED "mps-failed"
+
+static void on_set_mps_done(Mps *mps, int error, const char *message, void *userdata) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *call = userdata;
+        int r;
+
+        if (error >= 0)
+                r = sd_bus_reply_method_return(call, NULL);
+        else
+                r = sd_bus_reply_method_errorf(call, KGPU_ERROR_MPS_FAILED, "%s",
+                                               isempty(message) ? "MPS control failed." : message);
+        if (r < 0)
+                log_debug_errno(r, "Failed to reply to SetMps, ignoring: %m");
+}
+
+/* Answered when the tools have run (mps.c); one request per GPU at a time, in order. */
+static int method_set_mps(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+        _cleanup_free_ char *why = NULL;
+        Manager *m = userdata;
+        MpsRequest req;
+        const char *id;
+        uint64_t pinned;
+        uint32_t pct;
+        int enabled, r;
+        Gpu *g;
+
+        r = probe_dbus_check_sender(m, message, error);
+        if (r < 0)
+                return r;
+        r = sd_bus_message_read(message, "sbtu", &id, &enabled, &pinned, &pct);
+        if (r < 0)
+                return r;
+        g = manager_find_gpu(m, id);
+        if (!g || !streq(g->vendor, "nvidia") || g->index < 0)
+                return sd_bus_error_setf(error, KGPU_ERROR_UNKNOWN_DEVICE, "No NVIDIA GPU '%.128s'.", id);
+        if (!m->mps)
+                return sd_bus_error_setf(error, KGPU_ERROR_MPS_FAILED, "MPS control is not available.");
+        req = (MpsRequest) {
+                .uuid = g->id,
+                .index = (uint32_t) g->index,
+                .mig_enabled = streq(g->mig_mode, "Enabled"),
+                .enabled = enabled,
+                .pinned_memory_bytes = pinned,
+                .active_thread_percentage = pct,
+        };
+        r = mps_request_validate(&req, &why);
+        if (r < 0)
+                return sd_bus_error_setf(error, KGPU_ERROR_INVALID_ARGS, "%s", why ?: "Invalid arguments.");
+        r = mps_set(m->mps, &req, on_set_mps_done, message);
+        if (r == -EBUSY)
+                return sd_bus_error_setf(error, KGPU_ERROR_MPS_FAILED,
+                                         "Too many MPS requests queued for GPU %s, try again.", g->id);
+        if (r < 0)
+                return sd_bus_error_set_errnof(error, r, "SetMps failed: %m");
+        sd_bus_message_ref(message);
+        return 1;
+}
+
+void probe_dbus_mps_state_changed(Mps *mps, const char *uuid, MpsState state, const char *pipe_directory,
+                                  const char *message, void *userdata) {
+        _cleanup_strv_free_ char **names = NULL;
+        const char *s = mps_state_to_string(state);
+        Manager *m = userdata;
+        bool health = false;
+        Gpu *g;
+        int r = 0;
+
+        g = manager_find_gpu(m, uuid);
+        if (!g)
+                return;
+        if (!streq(g->mps_state, s) && ((r = free_and_strdup(&g->mps_state, s)) < 0 ||
+                                        (r = strv_extend(&names, "MpsState")) < 0))
+                goto oom;
+        if (!streq(g->mps_pipe_directory, pipe_directory) &&
+            ((r = free_and_strdup(&g->mps_pipe_directory, pipe_directory)) < 0 ||
+             (r = strv_extend(&names, "MpsPipeDirectory")) < 0))
+                goto oom;
+        if (state == MPS_STATE_FAILED && streq(g->health, GPU_HEALTHY)) {
+                r = gpu_set_health(g, GPU_UNHEALTHY, PROBE_REASON_MPS_FAILED);
+                health = r > 0;
+                if (health)
+                        log_struct(LOG_WARNING, KGPU_MESSAGE_GPU_HEALTH,
+                                   "MPS of GPU %s failed, marking it unhealthy: %s", g->id, message ?: "");
+        } else if (state != MPS_STATE_FAILED && streq(g->health_reason, PROBE_REASON_MPS_FAILED)) {
+                r = gpu_set_health(g, GPU_HEALTHY, "");
+                health = r > 0;
+                if (health)
+                        log_struct(LOG_NOTICE, KGPU_MESSAGE_GPU_HEALTH, "MPS of GPU %s is %s, healthy again.",
+                                   g->id, isempty(s) ? "off" : s);
+        }
+        if (r < 0)
+                goto oom;
+        if (health && ((r = strv_extend(&names, "Health")) < 0 || (r = strv_extend(&names, "HealthReason")) < 0))
+                goto oom;
+        r = probe_dbus_emit_gpu_changed(m, g, names);
+        if (r < 0)
+                log_debug_errno(r, "Failed to emit PropertiesChanged for %s, ignoring: %m", g->id);
+        if (health) {
+                manager_notify_status(m);
+                manager_schedule_outputs(m);
+        }
+        return;
+oom:
+        log_oom();
+}
+
 static const sd_bus_vtable probe_vtable[] = {
         SD_BUS_VTABLE_START(0),
         SD_BUS_PROPERTY("Version", "s", property_get_version, 0, SD_BUS_VTABLE_PROPERTY_CONST),
         SD_BUS_PROPERTY("StartTime", "t", NULL, offsetof(Manager, start_time), SD_BUS_VTABLE_PROPERTY_CONST),
         SD_BUS_METHOD_WITH_ARGS("Rescan", SD_BUS_NO_ARGS, SD_BUS_NO_RESULT, method_rescan,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("SetMps",
+                                SD_BUS_ARGS("s", gpu_id, "b", enabled, "t", pinned_memory_bytes,
+                                            "u", active_thread_percentage),
+                                SD_BUS_NO_RESULT, method_set_mps, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_VTABLE_END
 };
 

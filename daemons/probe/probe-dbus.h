@@ -12,6 +12,7 @@
 
 #include "common/bus-introspect.h"
 #include "daemons/probe/manager.h"
+#include "daemons/probe/mps.h"
 
 /* Registers the vtables, node enumerator and ObjectManager on m->bus. */
 int probe_dbus_register(Manager *m);
@@ -31,3 +32,9 @@ int probe_dbus_emit_gpu_removed(Manager *m, const Gpu *g);
 /* Allows uid 0 and the broker's uid; otherwise sets io.kgpu.Error.AccessDenied.
  * Returns 0 if allowed, negative errno (with error set) if not. */
 int probe_dbus_check_sender(Manager *m, sd_bus_message *message, sd_bus_error *error);
+
+/* MpsStateCallback of the manager's Mps (userdata: the Manager): sets MpsState and
+ * MpsPipeDirectory of the GPU, Unhealthy "mps-failed" while MPS failed (Healthy again
+ * when it is running or off), and emits PropertiesChanged. */
+void probe_dbus_mps_state_changed(Mps *mps, const char *uuid, MpsState state, const char *pipe_directory,
+                                  const char *message, void *userdata);
