@@ -1082,6 +1082,16 @@ static int parse_resource_patterns(ParseContext *ctx, const ConfigOption *o, con
         return 0;
 }
 
+/* Whether key is a mapping of keys in the table ("sharing", "flags.plugin"). */
+static bool key_is_section(const char *key) {
+        size_t n = strlen(key);
+
+        for (size_t i = 0; i < ELEMENTSOF(options); i++)
+                if (strncmp(options[i].key, key, n) == 0 && options[i].key[n] == '.')
+                        return true;
+        return false;
+}
+
 static void log_ignored(ParseContext *ctx, const ConfigOption *o, const char *key, yaml_node_t *node) {
         log_notice("%s:%zu: %s: accepted and ignored: %s.", ctx->name, node->start_mark.line + 1, key, o->help);
 }
@@ -1091,8 +1101,13 @@ static int parse_value(ParseContext *ctx, const char *key, yaml_node_t *node) {
         const char *why = NULL;
         int r;
 
-        if (!o)
+        if (!o) {
+                /* "sharing:" or "mps:" with nothing under it is null, as in the NVIDIA plugin. */
+                if (node->type == YAML_SCALAR_NODE && node->data.scalar.length == 0 &&
+                    node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE && key_is_section(key))
+                        return 0;
                 return parse_error(ctx, node, NULL, "unknown key '%s'", key);
+        }
         if (o->type == OPTION_SHARED_RESOURCES)
                 return parse_shared_resources(ctx, o, key, node);
         if (o->type == OPTION_RESOURCE_PATTERNS)
@@ -1192,9 +1207,9 @@ static int parse_mapping(ParseContext *ctx, const char *prefix, yaml_node_t *nod
                                 return -ENOMEM;
                 }
 
-                if (streq(key, "sharing.timeSlicing"))
+                if (v->type == YAML_MAPPING_NODE && streq(key, "sharing.timeSlicing"))
                         ctx->time_slicing_line = v->start_mark.line + 1;
-                else if (streq(key, "sharing.mps"))
+                else if (v->type == YAML_MAPPING_NODE && streq(key, "sharing.mps"))
                         ctx->mps_line = v->start_mark.line + 1;
                 if (v->type == YAML_MAPPING_NODE && !option_by_key(key))
                         r = parse_mapping(ctx, key, v, depth + 1);

@@ -12,6 +12,13 @@
  *
  * Unknown keys in the file are errors. The file may be absent only when it is the
  * default path; a path given by flag or environment must exist.
+ *
+ * The NVIDIA device plugin's `version: v1` file is a kgpu.yaml as it is: its flags.*,
+ * sharing.*, resources.*, imex.* and health.* keys are in the same table. Keys kgpu has
+ * no use for are accepted and logged at notice; values that would change behaviour kgpu
+ * does not have (gdsEnabled: true, custom resources names, IMEX channels, a tegra device
+ * discovery) are errors. sharing.timeSlicing and sharing.mps are mutually exclusive and
+ * need a non-empty resources list when present.
  */
 #pragma once
 
@@ -62,19 +69,23 @@ typedef enum ConfigReplicaPolicy {
         REPLICA_POLICY_PACKED,          /* fill the GPU with the most replicas in use first */
 } ConfigReplicaPolicy;
 
-/* One entry of sharing.timeSlicing.resources[] or sharing.mps.resources[]. */
+/* One entry of sharing.timeSlicing.resources[] or sharing.mps.resources[]. Names are
+ * always full ("gpu" in the file is stored as "nvidia.com/gpu", as the NVIDIA plugin does).
+ * Within one section, no two entries advertise the same name on overlapping devices, and a
+ * time-sliced device has one entry per name; MPS entries of one GPU may differ in size. */
 typedef struct ConfigSharedResource {
-        char *name;             /* "nvidia.com/gpu", "nvidia.com/mig-1g.10gb" (required) */
-        char *rename;           /* NULL: name, or "<name>.shared" with renameByDefault */
+        char *name;             /* "nvidia.com/gpu", "nvidia.com/mig-1g.10gb" (required; MPS: gpu only) */
+        char *rename;           /* NULL: name, or "<name>.shared" with renameByDefault (an explicit rename wins) */
         uint32_t replicas;      /* required, 1..1024 (the NVIDIA plugin refuses < 1) */
         uint64_t memory_bytes;  /* MPS only (nos fork): memoryGB * 2^30 per replica; 0: GPU memory / replicas */
-        char **devices;         /* NULL: "all"; else GPU indexes ("0"), GPU UUIDs or MIG UUIDs */
+        char **devices;         /* NULL: "all"; else GPU indexes ("0", never "007"), MIG indexes ("0:1"),
+                                 * GPU UUIDs or MIG UUIDs, each once (MPS: no MIG ones) */
 } ConfigSharedResource;
 
 /* sharing.timeSlicing or sharing.mps. */
 typedef struct ConfigSharing {
         bool rename_by_default;                 /* renameByDefault */
-        bool fail_requests_greater_than_one;    /* failRequestsGreaterThanOne */
+        bool fail_requests_greater_than_one;    /* failRequestsGreaterThanOne (default: false, MPS true) */
         ConfigSharedResource *resources;        /* resources[] */
         size_t n_resources;
 } ConfigSharing;

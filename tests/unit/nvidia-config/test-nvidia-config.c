@@ -930,6 +930,22 @@ START_TEST(test_list_duplicates) {
 }
 END_TEST
 
+START_TEST(test_null_sections) {
+        _cleanup_(config_freep) Config *c = NULL;
+        _cleanup_free_ char *err = NULL;
+
+        clear_env();
+        /* Sections with nothing under them are null (the NVIDIA plugin: no MPS, no flags). */
+        c = from_yaml("version: v1\nflags:\n  plugin:\n  gfd:\nsharing:\n  mps:\n  timeSlicing:\nresources:\nimex:\n", &err);
+        ck_assert_msg(c, "%s", err);
+        ck_assert_uint_eq(c->nvidia_mps.n_resources, 0);
+        ck_assert_uint_eq(c->nvidia_time_slicing.n_resources, 0);
+        /* Only sections: a null unknown key is still unknown, an explicit "" for a section too. */
+        expect_error("sharing:\n  spreading:\n", "kgpu.yaml:2: unknown key 'sharing.spreading'");
+        expect_error("sharing: \"\"\n", "kgpu.yaml:1: unknown key 'sharing'");
+}
+END_TEST
+
 START_TEST(test_resource_patterns) {
         clear_env();
         expect_error("resources:\n  gpus:\n  - pattern: \"*A100*\"\n    name: a100\n",
@@ -979,6 +995,7 @@ static Suite *nvidia_config_suite(void) {
         tcase_add_test(tc, test_list_errors);
         tcase_add_test(tc, test_list_duplicates);
         tcase_add_test(tc, test_resource_patterns);
+        tcase_add_test(tc, test_null_sections);
         suite_add_tcase(s, tc);
         return s;
 }
