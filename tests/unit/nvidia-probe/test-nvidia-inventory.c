@@ -510,6 +510,13 @@ START_TEST(test_mig_minor_lookup) {
 }
 END_TEST
 
+static void setup(void) {
+        /* Also when Check does not fork (CK_FORK=no, for LeakSanitizer). */
+        strcpy(workdir, "/tmp/test-nvidia-inventory.XXXXXX");
+        unsetenv("KGPU_FAKE_NVIDIA_LOST");
+        unsetenv("KGPU_FAKE_NVIDIA_DELAY");
+}
+
 static void teardown(void) {
         char cmd[4200];
 
@@ -524,7 +531,7 @@ static Suite *suite(void) {
         TCase *tc = tcase_create("core");
 
         tcase_set_timeout(tc, 60);
-        tcase_add_checked_fixture(tc, NULL, teardown);
+        tcase_add_checked_fixture(tc, setup, teardown);
         tcase_add_test(tc, test_h100_mig);
         tcase_add_test(tc, test_l40s);
         tcase_add_test(tc, test_8xh100_nvlink);
