@@ -38,7 +38,7 @@
 /* Bounds on anything a caller sends (enforced here and by the D-Bus parser). */
 #define RESOURCES_NAME_MAX      256     /* bytes in a resource name */
 #define RESOURCES_ID_MAX        256     /* bytes in a device id */
-#define RESOURCES_IDS_MAX       1024    /* ids in one list */
+#define RESOURCES_IDS_MAX       4096    /* ids in one list: 64 GPUs x 64 shares */
 #define RESOURCES_REQUESTS_MAX  128     /* container requests in one call */
 #define RESOURCES_GPUS_MAX      1024    /* GPU objects followed */
 #define RESOURCES_PATH_MAX      256     /* bytes in a device node path */

@@ -319,16 +319,16 @@ START_TEST(test_resources_allocate_errors) {
                 snprintf(id, sizeof(id), "id-%u", i);
                 ck_assert_int_eq(strv_extend(&many, id), 0);
         }
-        CHECK(RESOURCE_INTEL_I915, ((char **[]) { many }), 1, -E2BIG, KGPU_ERROR_INVALID_ARGS, "More than 1024");
+        CHECK(RESOURCE_INTEL_I915, ((char **[]) { many }), 1, -E2BIG, KGPU_ERROR_INVALID_ARGS, "More than 4096");
 
         char **lots[RESOURCES_REQUESTS_MAX + 1];
         for (size_t i = 0; i < ELEMENTSOF(lots); i++)
                 lots[i] = ok;
         CHECK(RESOURCE_INTEL_I915, lots, ELEMENTSOF(lots), -E2BIG, KGPU_ERROR_INVALID_ARGS, "container requests");
 
-        /* Two containers of 600 ids each: over 1024 in the call. */
+        /* Two containers of just over half the limit each: over RESOURCES_IDS_MAX in the call. */
         _cleanup_strv_free_ char **h1 = NULL, **h2 = NULL;
-        for (unsigned i = 0; i < 600; i++) {
+        for (unsigned i = 0; i < RESOURCES_IDS_MAX / 2 + 100; i++) {
                 char id[16];
 
                 snprintf(id, sizeof(id), "a-%u", i);
