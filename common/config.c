@@ -656,6 +656,7 @@ static int parse_error_line(ParseContext *ctx, size_t line, const char *key, con
 
 #define CONFIG_LIST_MAX 256U            /* entries of a resources list */
 #define CONFIG_DEVICES_MAX 1024U        /* items of one devices list */
+#define CONFIG_DEVICES_TOTAL_MAX 4096U  /* items of all devices lists of one section (bounds the overlap checks) */
 #define RESOURCE_NAME_PREFIX "nvidia.com/"
 
 static const char *scalar(const yaml_node_t *n) {
@@ -799,6 +800,7 @@ typedef struct EntryContext {
         ParseContext *ctx;
         const char *key;        /* "sharing.mps.resources" */
         size_t index;
+        size_t n_devices;       /* devices listed so far in this section */
 } EntryContext;
 
 static int entry_error(EntryContext *e, const yaml_node_t *node, const char *field, const char *fmt, ...) _printf_(4, 5);
@@ -847,6 +849,8 @@ static int entry_devices(EntryContext *e, const yaml_node_t *v, bool mps, char *
 
                 if (n >= CONFIG_DEVICES_MAX)
                         return entry_error(e, v, "devices", "more than %u devices", CONFIG_DEVICES_MAX);
+                if (++e->n_devices > CONFIG_DEVICES_TOTAL_MAX)
+                        return entry_error(e, v, "devices", "more than %u devices in all entries", CONFIG_DEVICES_TOTAL_MAX);
                 if (!d || !scalar_ok(d))
                         return entry_error(e, d ?: v, "devices", "list items must be GPU indexes, MIG indexes or UUIDs");
                 ref = scalar(d);
@@ -966,6 +970,8 @@ static int check_shared_resources(EntryContext *e, ConfigSharing *sh, yaml_node_
 
                         if (!name_j)
                                 return -ENOMEM;
+                        if (!streq(name_i, name_j) && (mps || !streq(sh->resources[i].name, sh->resources[j].name)))
+                                continue;
                         if (!devices_overlap(sh->resources[i].devices, sh->resources[j].devices))
                                 continue;
                         e->index = i;

@@ -946,6 +946,54 @@ START_TEST(test_null_sections) {
 }
 END_TEST
 
+/* Bounded lists: 1024 devices per entry, 4096 in a section, so the overlap checks stay cheap. */
+START_TEST(test_list_bounds) {
+        _cleanup_free_ char *big = NULL;
+        size_t size = 256 * 1024, n = 0;
+
+        clear_env();
+        big = malloc(size);
+        ck_assert_ptr_nonnull(big);
+        /* One entry with 1025 devices. */
+        n = (size_t) snprintf(big, size, "sharing:\n  timeSlicing:\n    resources:\n    - {name: gpu, replicas: 2, devices: [");
+        for (int d = 0; d < 1025; d++)
+                n += (size_t) snprintf(big + n, size - n, "%s%d", d ? "," : "", d);
+        n += (size_t) snprintf(big + n, size - n, "]}\n");
+        ck_assert_uint_lt(n, size);
+        expect_error(big, "kgpu.yaml:4: sharing.timeSlicing.resources[0].devices: more than 1024 devices");
+
+        /* Five entries of 1000 devices (disjoint, so only the total is wrong), one line each. */
+        n = (size_t) snprintf(big, size, "sharing:\n  timeSlicing:\n    resources:\n");
+        for (int e = 0; e < 5; e++) {
+                n += (size_t) snprintf(big + n, size - n, "    - {name: gpu, replicas: 2, devices: [");
+                for (int d = 0; d < 1000; d++)
+                        n += (size_t) snprintf(big + n, size - n, "%s%d", d ? "," : "", e * 1000 + d);
+                n += (size_t) snprintf(big + n, size - n, "]}\n");
+        }
+        ck_assert_uint_lt(n, size);
+        expect_error(big, "kgpu.yaml:8: sharing.timeSlicing.resources[4].devices: more than 4096 devices in all entries");
+
+        /* 4 x 1024 distinct devices of one name: loads (every pair's overlap is checked). */
+        n = (size_t) snprintf(big, size, "sharing:\n  timeSlicing:\n    resources:\n");
+        for (int e = 0; e < 4; e++) {
+                n += (size_t) snprintf(big + n, size - n, "    - {name: gpu, replicas: 2, devices: [");
+                for (int d = 0; d < 1024; d++)
+                        n += (size_t) snprintf(big + n, size - n, "%s%d", d ? "," : "", e * 1024 + d);
+                n += (size_t) snprintf(big + n, size - n, "]}\n");
+        }
+        ck_assert_uint_lt(n, size);
+        {
+                _cleanup_(config_freep) Config *c = NULL;
+                _cleanup_free_ char *err = NULL;
+
+                c = from_yaml(big, &err);
+                ck_assert_msg(c, "%s", err);
+                ck_assert_uint_eq(c->nvidia_time_slicing.n_resources, 4);
+                ck_assert_uint_eq(strv_length(c->nvidia_time_slicing.resources[3].devices), 1024);
+        }
+}
+END_TEST
+
 START_TEST(test_resource_patterns) {
         clear_env();
         expect_error("resources:\n  gpus:\n  - pattern: \"*A100*\"\n    name: a100\n",
@@ -996,6 +1044,7 @@ static Suite *nvidia_config_suite(void) {
         tcase_add_test(tc, test_list_duplicates);
         tcase_add_test(tc, test_resource_patterns);
         tcase_add_test(tc, test_null_sections);
+        tcase_add_test(tc, test_list_bounds);
         suite_add_tcase(s, tc);
         return s;
 }
