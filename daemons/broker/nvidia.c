@@ -702,7 +702,8 @@ static int table_build(const Resources *r, const NvidiaState *s, NvidiaTable *re
         }
         for (size_t i = 0; i < b.t.n_resources; i++)
                 names_by_old[i] = b.t.resources[i].name;
-        qsort(b.t.resources, b.t.n_resources, sizeof(NvidiaResource), name_cmp);
+        if (b.t.n_resources > 0)
+                qsort(b.t.resources, b.t.n_resources, sizeof(NvidiaResource), name_cmp);
         for (size_t i = 0; i < b.t.n_resources; i++)
                 for (size_t j = 0; j < b.t.n_resources; j++)
                         if (names_by_old[i] == b.t.resources[j].name)
@@ -711,7 +712,8 @@ static int table_build(const Resources *r, const NvidiaState *s, NvidiaTable *re
                 names_by_old[i] = NULL;
         for (size_t i = 0; i < b.t.n_devices; i++)
                 b.t.devices[i].resource = remap[b.t.devices[i].resource];
-        qsort(b.t.devices, b.t.n_devices, sizeof(NvidiaDevice), device_sort_cmp);
+        if (b.t.n_devices > 0)
+                qsort(b.t.devices, b.t.n_devices, sizeof(NvidiaDevice), device_sort_cmp);
         for (size_t i = 0; i < b.t.n_devices; i++) {
                 NvidiaResource *res = &b.t.resources[b.t.devices[i].resource];
 
@@ -1230,10 +1232,33 @@ static int cand_cmp(const void *a, const void *b) {
         return x->d->replica < y->d->replica ? -1 : x->d->replica > y->d->replica;
 }
 
-/* The topology score of a pair of GPUs: NVLinks << 32 | same PCIe switch << 16 | same NUMA. */
-static uint64_t pair_score(const GpuInfo *a, const GpuInfo *b) {
+/* The topology score of a set: summed over its pairs, compared in field order: NVLinks,
+ * pairs under one PCIe switch (PIX/PXB), pairs on one NUMA node (PIX/PXB/PHB/NODE or
+ * equal NumaNode), and last, within those, pairs behind one host bridge (PHB). */
+typedef struct Score {
+        int64_t v[4];
+} Score;
+
+static void score_add(Score *a, const Score *b) {
+        for (size_t i = 0; i < ELEMENTSOF(a->v); i++)
+                a->v[i] += b->v[i];
+}
+
+static void score_sub(Score *a, const Score *b) {
+        for (size_t i = 0; i < ELEMENTSOF(a->v); i++)
+                a->v[i] -= b->v[i];
+}
+
+static int score_cmp(const Score *a, const Score *b) {
+        for (size_t i = 0; i < ELEMENTSOF(a->v); i++)
+                if (a->v[i] != b->v[i])
+                        return a->v[i] < b->v[i] ? -1 : 1;
+        return 0;
+}
+
+static Score pair_score(const GpuInfo *a, const GpuInfo *b) {
         const GpuLinkInfo *l = NULL;
-        uint64_t nv = 0, sw = 0, numa = 0;
+        Score s = {};
 
         for (size_t i = 0; i < a->n_links && !l; i++)
                 if (streq(a->links[i].peer, b->id))
@@ -1243,13 +1268,14 @@ static uint64_t pair_score(const GpuInfo *a, const GpuInfo *b) {
                         l = &b->links[i];
         if (l) {
                 if (streq(l->type, "NV"))
-                        nv = l->nvlinks;
-                sw = streq(l->type, "PIX") || streq(l->type, "PXB");
-                numa = sw || streq(l->type, "PHB") || streq(l->type, "NODE");
+                        s.v[0] = l->nvlinks;
+                s.v[1] = streq(l->type, "PIX") || streq(l->type, "PXB");
+                s.v[2] = s.v[1] || streq(l->type, "PHB") || streq(l->type, "NODE");
+                s.v[3] = s.v[1] || streq(l->type, "PHB");
         }
         if (a->numa_node >= 0 && a->numa_node == b->numa_node)
-                numa = 1;
-        return nv << 32 | sw << 16 | numa;
+                s.v[2] = 1;
+        return s;
 }
 
 /* Among two equally scored sets, the one holding the lowest candidate the other lacks. */
@@ -1261,18 +1287,19 @@ static bool mask_first(uint64_t a, uint64_t b) {
 
 /* Chooses need of m (<= 64) candidates maximising the summed pair scores (w: m x m,
  * wm: each candidate's score against must_include). Returns the chosen mask. */
-static uint64_t topo_choose(const uint64_t *w, const uint64_t *wm, size_t m, size_t need) {
-        uint64_t combos = 1, best_mask = 0, best = 0;
-        size_t idx[64];
+static uint64_t topo_choose(const Score *w, const Score *wm, size_t m, size_t need) {
+        uint64_t combos = 1, best_mask = 0;
+        Score best = {}, total = {}, all_wm = {}, deg[64];
+        size_t idx[64], k;
         bool have = false, exclude;
-        size_t k;
 
         for (size_t i = 0; i < need && combos <= EXHAUSTIVE_MAX; i++)
                 combos = combos * (m - i) / (i + 1);
 
         if (combos > EXHAUSTIVE_MAX) {
                 /* Greedy: add the candidate with the best gain against what is chosen. */
-                uint64_t gain[64], mask = 0;
+                Score gain[64];
+                uint64_t mask = 0;
 
                 for (size_t i = 0; i < m; i++)
                         gain[i] = wm[i];
@@ -1280,47 +1307,54 @@ static uint64_t topo_choose(const uint64_t *w, const uint64_t *wm, size_t m, siz
                         size_t pick = m;
 
                         for (size_t i = 0; i < m; i++)
-                                if (!(mask & (UINT64_C(1) << i)) && (pick == m || gain[i] > gain[pick]))
+                                if (!(mask & (UINT64_C(1) << i)) &&
+                                    (pick == m || score_cmp(&gain[i], &gain[pick]) > 0))
                                         pick = i;
                         mask |= UINT64_C(1) << pick;
                         for (size_t i = 0; i < m; i++)
-                                gain[i] += w[i * m + pick];
+                                score_add(&gain[i], &w[i * m + pick]);
                 }
                 return mask;
         }
 
-        /* Enumerate the smaller side: the chosen set, or the set left out. */
+        /* Enumerate the smaller side: the chosen set, or the set left out. score(C \ X) =
+         * pairs(C) - sum deg(x) + pairs(X) + wm(C) - wm(X). */
         exclude = need > m - need;
         k = exclude ? m - need : need;
-        uint64_t total = 0, deg[64], all_wm = 0;
         for (size_t i = 0; i < m; i++) {
-                deg[i] = 0;
+                deg[i] = (Score) {};
                 for (size_t j = 0; j < m; j++)
                         if (j != i)
-                                deg[i] += w[i * m + j];
-                total += deg[i];
-                all_wm += wm[i];
+                                score_add(&deg[i], &w[i * m + j]);
+                for (size_t j = i + 1; j < m; j++)
+                        score_add(&total, &w[i * m + j]);
+                score_add(&all_wm, &wm[i]);
         }
-        total /= 2;     /* each pair counted twice; per field exact (all fields even) */
 
         for (size_t i = 0; i < k; i++)
                 idx[i] = i;
         for (;;) {
-                uint64_t inner = 0, side_wm = 0, side_deg = 0, mask = 0, score;
+                Score score = {};
+                uint64_t mask = 0;
 
                 for (size_t i = 0; i < k; i++) {
                         mask |= UINT64_C(1) << idx[i];
-                        side_wm += wm[idx[i]];
-                        side_deg += deg[idx[i]];
                         for (size_t j = i + 1; j < k; j++)
-                                inner += w[idx[i] * m + idx[j]];
+                                score_add(&score, &w[idx[i] * m + idx[j]]);
                 }
                 if (exclude) {
-                        score = total + inner + all_wm - side_deg - side_wm;
+                        score_add(&score, &total);
+                        score_add(&score, &all_wm);
+                        for (size_t i = 0; i < k; i++) {
+                                score_sub(&score, &deg[idx[i]]);
+                                score_sub(&score, &wm[idx[i]]);
+                        }
                         mask = (m == 64 ? UINT64_MAX : (UINT64_C(1) << m) - 1) & ~mask;
                 } else
-                        score = inner + side_wm;
-                if (!have || score > best || (score == best && mask_first(mask, best_mask))) {
+                        for (size_t i = 0; i < k; i++)
+                                score_add(&score, &wm[idx[i]]);
+                if (!have || score_cmp(&score, &best) > 0 ||
+                    (score_cmp(&score, &best) == 0 && mask_first(mask, best_mask))) {
                         best = score;
                         best_mask = mask;
                         have = true;
@@ -1359,7 +1393,7 @@ int resources_nvidia_preferred_allocation(const Resources *r, const char *resour
         _cleanup_strv_free_ char **result = NULL;
         _cleanup_free_ Cand *cand = NULL;
         _cleanup_free_ uint32_t *in_use = NULL, *next = NULL, *end = NULL;
-        _cleanup_free_ uint64_t *w = NULL;
+        _cleanup_free_ Score *w = NULL;
         size_t n_result = 0, n_cand = 0, n_ulist = 0, need;
         bool replicas = false, mig = false;
         int k;
@@ -1430,10 +1464,11 @@ int resources_nvidia_preferred_allocation(const Resources *r, const char *resour
                                         return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
         } else if (!replicas) {
                 /* Whole GPUs: topology. At most NVIDIA_GPUS_MAX candidates. */
-                uint64_t wm[64] = {}, mask;
+                Score wm[64] = {};
+                uint64_t mask;
                 size_t m = MIN(n_cand, (size_t) 64);
 
-                w = calloc(m * m + 1, sizeof(uint64_t));
+                w = calloc(m * m + 1, sizeof(Score));
                 if (!w)
                         return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
                 for (size_t i = 0; i < m; i++) {
@@ -1444,8 +1479,11 @@ int resources_nvidia_preferred_allocation(const Resources *r, const char *resour
                         for (size_t j = 0; j < n_result; j++) {
                                 const NvidiaDevice *d = find_device(s, res, result[j]);
 
-                                if (d)
-                                        wm[i] += pair_score(a, &unit_gpu(r, &s->table.units[d->unit])->info);
+                                if (d) {
+                                        Score p = pair_score(a, &unit_gpu(r, &s->table.units[d->unit])->info);
+
+                                        score_add(&wm[i], &p);
+                                }
                         }
                 }
                 mask = topo_choose(w, wm, m, MIN(need, m));

@@ -124,7 +124,7 @@ NvidiaMpsRequest *nvidia_mps_requests_free(NvidiaMpsRequest *l, size_t n);
  * this with held = NULL). must_include first, then among the healthy available ids:
  *   whole GPUs: the set maximising, in order, the NVLinks summed over its pairs, the
  *     pairs under one PCIe switch (PIX/PXB), the pairs on one NUMA node (NODE/PHB or
- *     equal NumaNode); exhaustive when C(candidates, needed) <= 10000, else greedy;
+ *     equal NumaNode), then the pairs behind one host bridge (PHB); exhaustive when C(candidates, needed) <= 10000, else greedy;
  *     ties: lowest GPU index first;
  *   replicas / MPS slices: per Config.nvidia_replica_policy, one id at a time:
  *     distributed: from the GPU (MIG device) with the fewest replicas in use,
