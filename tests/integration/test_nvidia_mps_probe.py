@@ -1,0 +1,325 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# test_nvidia_mps_probe.py — Probe1.SetMps over the real bus, kgpu-probed alone (no
+# broker, so nothing else calls it) with the fake nvidia-smi / nvidia-cuda-mps-control
+# (scenario l40s, one GPU, index 0).
+#
+# Asserts:
+#  - uid nobody is refused SetMps by the bus policy (org.freedesktop.DBus.Error.AccessDenied)
+#    and no tool runs; uid daemon on a bus that allows everything is refused by the probe
+#    itself (io.kgpu.Error.AccessDenied);
+#  - root enables MPS: PropertiesChanged carries MpsState "starting" then "running";
+#    Gpu1.MpsState "running", MpsPipeDirectory <runtime dir>/mps/<uuid>/pipe (0755);
+#    the fake's state file shows compute mode Exclusive_Process for GPU 0 and a daemon
+#    for that pipe directory with CUDA_VISIBLE_DEVICES=<uuid> and the limits
+#    (2048M on device 0, 50 %), commands in the documented order;
+#  - the broker's user changes the limits of the running daemon (only the two set_default
+#    lines run);
+#  - errors: an unknown GPU (io.kgpu.Error.UnknownDevice), percentage 0 or 101 and less than
+#    1 MiB (io.kgpu.Error.InvalidArgs), a MIG-enabled GPU (scenario h100-mig: InvalidArgs);
+#  - health: a daemon that dies is restarted within one health interval with its limits;
+#    dying again turns MpsState "failed" and the GPU Unhealthy "mps-failed"; SetMps brings
+#    it back (running, Healthy);
+#  - disable: MpsState "" and MpsPipeDirectory "", compute mode Default, daemon quit,
+#    directories removed; the NVIDIA labels are in the feature file.
+# Needs root (other uids on the bus).
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+
+import dbus
+
+import harness
+from harness import check
+
+GPU1 = 'io.kgpu.Gpu1'
+L40S = 'GPU-00000000-0000-0000-0000-000000000000'
+PROBE = (harness.PROBE_BUS, '/io/kgpu/Probe1', harness.PROBE_BUS)
+GIB = 1 << 30
+INTERVAL_MS = 300
+BUS_DENIED = 'org.freedesktop.DBus.Error.AccessDenied'
+KGPU_DENIED = 'io.kgpu.Error.AccessDenied'
+ALLOW_ALL = ('  <policy context="mandatory">\n'
+             '    <allow send_destination="*"/>\n'
+             '  </policy>\n')
+CONFIG = 'nvidia:\n  healthIntervalMs: %d\n  healthRecoverPolls: 1\n' % INTERVAL_MS
+
+
+def call(address, method, sig='', args=(), timeout=20):
+    """One Probe1 call; returns ('ok', reply) or ('error', name, message)."""
+    bus = dbus.bus.BusConnection(address)
+    try:
+        r = bus.call_blocking(PROBE[0], PROBE[1], PROBE[2], method, sig, list(args), timeout=timeout)
+        return ('ok', [] if r is None else [str(x) for x in r])
+    except dbus.exceptions.DBusException as e:
+        return ('error', e.get_dbus_name(), e.get_dbus_message() or '')
+    finally:
+        bus.close()
+
+
+def call_as(node, user, method, sig='', args=()):
+    """The same call from another uid (setpriv + this file's --call mode)."""
+    if user is None:
+        return call(node.bus_address, method, sig, args)
+    req = json.dumps([node.bus_address, method, sig, list(args)])
+    argv = ['setpriv', '--reuid=' + user, '--regid=' + harness._group_of(user), '--clear-groups',
+            sys.executable, os.path.abspath(__file__), '--call', req]
+    r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
+    check(r.returncode == 0, 'helper as %s failed: %s' % (user, r.stderr.decode(errors='replace')))
+    return tuple(json.loads(r.stdout))
+
+
+def set_mps(node, enabled, pinned, pct, user=None, gpu=L40S):
+    return call_as(node, user, 'SetMps', 'sbtu', [gpu, enabled, pinned, pct])
+
+
+def expect_error(res, name, what, text=None):
+    check(res[0] == 'error', '%s: expected %s, got a reply %r' % (what, name, res[1:][:1]))
+    check(res[1] == name, '%s: expected %s, got %s: %s' % (what, name, res[1], res[2][:300]))
+    if text is not None:
+        check(text in res[2], '%s: message %r lacks %r' % (what, res[2][:300], text))
+
+
+def gpu(node, gid=L40S):
+    path = '/io/kgpu/Probe1/gpu/' + ''.join(c if c.isalnum() else '_%02x' % ord(c) for c in gid)
+    r = node.busctl('call', harness.PROBE_BUS, path, 'org.freedesktop.DBus.Properties', 'GetAll', 's', GPU1)
+    return {k: v['data'] for k, v in r['data'][0].items()}
+
+
+def wait(fn, what, timeout=10, step=0.02):
+    end = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.monotonic() > end:
+            raise AssertionError('timed out waiting for ' + what)
+        time.sleep(step)
+
+
+def pipe_dir(node):
+    return os.path.join(node.tmp, 'run', 'probe', 'mps', L40S, 'pipe')
+
+
+def daemon(node):
+    return node.nvidia_state().get('mps', {}).get(pipe_dir(node), {})
+
+
+def mps_commands(node, since):
+    return [c for c in node.nvidia_commands()[since:]
+            if c.startswith('nvidia-cuda-mps-control') or ' -c ' in c]
+
+
+def without_checks(cmds):
+    """cmds without the health checks (a control tool run whose only line is get_server_list)."""
+    out = []
+    for c in cmds:
+        if c == 'nvidia-cuda-mps-control < get_server_list' and out and out[-1].startswith('nvidia-cuda-mps-control ['):
+            out.pop()
+            continue
+        out.append(c)
+    return out
+
+
+def kill_daemon(node):
+    """The fake daemon dies behind the probe's back (as a crash would); not logged."""
+    env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=pipe_dir(node), **node.nvidia_env())
+    env.pop('KGPU_FAKE_NVIDIA_LOG', None)
+    tool = os.path.join(harness.FAKE_NVIDIA_DIR, 'nvidia-cuda-mps-control')
+    subprocess.run([tool], input=b'quit\n', env=env, check=True, stdout=subprocess.DEVNULL, timeout=30)
+    check(not daemon(node).get('running'), 'fake daemon still running after quit')
+
+
+def monitor(node):
+    path = '/io/kgpu/Probe1/gpu/' + ''.join(c if c.isalnum() else '_%02x' % ord(c) for c in L40S)
+    mon = subprocess.Popen(['busctl', '--address=' + node.bus_address, 'monitor', '--json=short',
+                            '--match=type=signal,interface=org.freedesktop.DBus.Properties,'
+                            'member=PropertiesChanged,path=' + path],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)  # attached
+    return mon
+
+
+def mps_states_seen(mon):
+    time.sleep(0.3)
+    mon.terminate()
+    out = mon.communicate(timeout=5)[0].decode(errors='replace')
+    seen = []
+    for line in out.splitlines():
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        payload = msg.get('payload', {}).get('data', [])
+        if len(payload) >= 2 and 'MpsState' in payload[1]:
+            seen.append(payload[1]['MpsState']['data'])
+    return seen
+
+
+def check_policy(node):
+    n0 = len(node.nvidia_commands())
+    expect_error(set_mps(node, True, 2 * GIB, 50, user='nobody'), BUS_DENIED, 'SetMps as nobody (policy)')
+    check(mps_commands(node, n0) == [], 'a refused SetMps ran tools: %r' % mps_commands(node, n0))
+    check(gpu(node)['MpsState'] == '', 'MpsState after a refused call')
+    print('SetMps as nobody refused by the bus policy, nothing run')
+
+
+def check_enable(node):
+    n0 = len(node.nvidia_commands())
+    mon = monitor(node)
+    r = set_mps(node, True, 2 * GIB, 50)
+    check(r[0] == 'ok', 'SetMps as root: %r' % (r,))
+    seen = mps_states_seen(mon)
+    check(seen == ['starting', 'running'], 'PropertiesChanged MpsState: %r' % seen)
+    g = gpu(node)
+    check(g['MpsState'] == 'running', 'MpsState %r' % g['MpsState'])
+    check(g['MpsPipeDirectory'] == pipe_dir(node), 'MpsPipeDirectory %r' % g['MpsPipeDirectory'])
+    for d in (pipe_dir(node), os.path.dirname(pipe_dir(node)) + '/log'):
+        mode = stat.S_IMODE(os.stat(d).st_mode)
+        check(mode == 0o755, '%s mode %o' % (d, mode))
+    st = node.nvidia_state()
+    check(st.get('compute_mode', {}).get('0') == 'Exclusive_Process', 'compute mode %r' % st.get('compute_mode'))
+    dm = daemon(node)
+    check(dm.get('running') is True and dm.get('visible') == L40S, 'daemon %r' % dm)
+    check(dm.get('pinned_mem_limit') == {'0': '2048M'} and dm.get('active_thread_percentage') == '50',
+          'limits %r' % dm)
+    ctl = '[CUDA_MPS_PIPE_DIRECTORY=%s CUDA_VISIBLE_DEVICES=%s]' % (pipe_dir(node), L40S)
+    want = ['nvidia-smi -i 0 -c EXCLUSIVE_PROCESS',
+            'nvidia-cuda-mps-control ' + ctl,
+            'nvidia-cuda-mps-control < get_server_list',
+            'nvidia-cuda-mps-control -d ' + ctl,
+            'nvidia-cuda-mps-control ' + ctl,
+            'nvidia-cuda-mps-control < set_default_device_pinned_mem_limit 0 2048M',
+            'nvidia-cuda-mps-control < set_default_active_thread_percentage 50']
+    got = mps_commands(node, n0)
+    # The health checks that may have run since are left out after the start's own.
+    got = got[:len(want)] + without_checks(got[len(want):])
+    check(got == want, 'commands:\n%s\nwanted:\n%s' % ('\n'.join(got), '\n'.join(want)))
+    print('SetMps(true) as root: EXCLUSIVE_PROCESS, daemon with its limits, starting -> running')
+
+    # The broker's user changes the limits: sent to the running daemon only.
+    n0 = len(node.nvidia_commands())
+    r = set_mps(node, True, 4 * GIB, 25, user=harness.BROKER_USER)
+    check(r[0] == 'ok', 'SetMps as %s: %r' % (harness.BROKER_USER, r))
+    got = without_checks(mps_commands(node, n0))
+    check(got == ['nvidia-cuda-mps-control ' + ctl,
+                  'nvidia-cuda-mps-control < set_default_device_pinned_mem_limit 0 4096M',
+                  'nvidia-cuda-mps-control < set_default_active_thread_percentage 25'], 'commands %r' % got)
+    dm = daemon(node)
+    check(dm.get('pinned_mem_limit') == {'0': '4096M'} and dm.get('active_thread_percentage') == '25',
+          'new limits %r' % dm)
+    print('SetMps with other limits as %s: only the limits sent' % harness.BROKER_USER)
+
+
+def check_errors(node):
+    expect_error(set_mps(node, True, GIB, 50, gpu='GPU-ffffffff-ffff-ffff-ffff-ffffffffffff'),
+                 'io.kgpu.Error.UnknownDevice', 'unknown GPU')
+    expect_error(set_mps(node, True, GIB, 0), 'io.kgpu.Error.InvalidArgs', 'percentage 0', '1..100')
+    expect_error(set_mps(node, True, GIB, 101), 'io.kgpu.Error.InvalidArgs', 'percentage 101', '1..100')
+    expect_error(set_mps(node, True, 1000, 50), 'io.kgpu.Error.InvalidArgs', 'memory < 1 MiB', '1 MiB')
+    check(gpu(node)['MpsState'] == 'running', 'refused calls changed MpsState')
+    print('SetMps errors: UnknownDevice, InvalidArgs')
+
+
+def check_health(node):
+    n0 = len(node.nvidia_commands())
+    kill_daemon(node)
+    # Restarted within one interval (plus the tools' own time), same limits.
+    wait(lambda: daemon(node).get('running') and daemon(node).get('pinned_mem_limit'),
+         'the daemon restarted with limits', timeout=INTERVAL_MS / 1000 * 2 + 5)
+    dm = daemon(node)
+    check(dm.get('pinned_mem_limit') == {'0': '4096M'} and dm.get('active_thread_percentage') == '25',
+          'limits after the restart %r' % dm)
+    wait(lambda: any(c.endswith('set_default_active_thread_percentage 25') for c in mps_commands(node, n0)),
+         'the limits sent again')
+    check(any(c.startswith('nvidia-cuda-mps-control -d ') for c in mps_commands(node, n0)), 'no -d')
+    g = gpu(node)
+    check(g['MpsState'] == 'running' and g['Health'] == 'Healthy', 'after the restart: %s %s' % (g['MpsState'], g['Health']))
+    print('dead MPS daemon restarted with its limits')
+
+    kill_daemon(node)
+    g = wait(lambda: (lambda x: x if x['MpsState'] == 'failed' else None)(gpu(node)), 'MpsState failed',
+             timeout=INTERVAL_MS / 1000 * 2 + 5)
+    check(g['Health'] == 'Unhealthy' and g['HealthReason'] == 'mps-failed',
+          'health %s %s' % (g['Health'], g['HealthReason']))
+    check(not daemon(node).get('running'), 'failed, yet the daemon runs')
+    print('dead again: MpsState failed, Unhealthy mps-failed')
+
+    r = set_mps(node, True, 2 * GIB, 50)
+    check(r[0] == 'ok', 'SetMps after failed: %r' % (r,))
+    g = gpu(node)
+    check(g['MpsState'] == 'running' and g['Health'] == 'Healthy' and g['HealthReason'] == '',
+          'after SetMps: %s %s %s' % (g['MpsState'], g['Health'], g['HealthReason']))
+    print('SetMps after failed: running and Healthy again')
+
+
+def check_disable(node):
+    n0 = len(node.nvidia_commands())
+    r = set_mps(node, False, 0, 0, user=harness.BROKER_USER)
+    check(r[0] == 'ok', 'SetMps(false): %r' % (r,))
+    g = gpu(node)
+    check(g['MpsState'] == '' and g['MpsPipeDirectory'] == '', 'after disable %r %r' % (g['MpsState'], g['MpsPipeDirectory']))
+    st = node.nvidia_state()
+    check(st.get('compute_mode', {}).get('0') == 'Default', 'compute mode %r' % st.get('compute_mode'))
+    check(daemon(node).get('running') is False, 'daemon %r' % daemon(node))
+    check(not os.path.exists(os.path.dirname(pipe_dir(node))), 'directories left')
+    got = without_checks(mps_commands(node, n0))
+    check(got[1:] == ['nvidia-cuda-mps-control < quit', 'nvidia-smi -i 0 -c DEFAULT'], 'commands %r' % got)
+    # Idempotent.
+    n0 = len(node.nvidia_commands())
+    check(set_mps(node, False, 0, 0)[0] == 'ok', 'second SetMps(false)')
+    check(mps_commands(node, n0) == [], 'second disable ran %r' % mps_commands(node, n0))
+    print('SetMps(false): quit, compute mode Default, directories removed, MpsState ""')
+
+
+def check_labels(node):
+    with open(node.feature_file) as f:
+        lines = f.read().splitlines()
+    for want in ('nvidia.com/gpu.product=NVIDIA-L40S', 'nvidia.com/gpu.family=ada-lovelace',
+                 'nvidia.com/gpu.count=1', 'nvidia.com/gpu.memory=46068', 'nvidia.com/mig.capable=false',
+                 'nvidia.com/mps.capable=false', 'nvidia.com/gpu.replicas=1'):
+        check(want in lines, '%s missing from the feature file: %r' % (want, lines))
+    print('NVIDIA labels in the feature file')
+
+
+def check_mig_gpu():
+    with harness.Node(broker=False, kubelet=False, nvidia_scenario='h100-mig', resources=[],
+                      config_extra='nvidia:\n  healthIntervalMs: 0\n') as n:
+        wait(lambda: gpu(n).get('MigMode') == 'Enabled', 'the H100 with MIG')
+        expect_error(set_mps(n, True, GIB, 50), 'io.kgpu.Error.InvalidArgs', 'MIG GPU', 'MIG')
+        check(mps_commands(n, 0) == [], 'MIG GPU: tools ran %r' % mps_commands(n, 0))
+    print('SetMps on a MIG-enabled GPU: InvalidArgs, nothing run')
+
+
+def check_daemon_refuses():
+    with harness.Node(broker=False, kubelet=False, nvidia_scenario='l40s', resources=[],
+                      bus_policy=ALLOW_ALL, config_extra='nvidia:\n  healthIntervalMs: 0\n') as n:
+        wait(lambda: gpu(n).get('Vendor') == 'nvidia', 'the L40S')
+        expect_error(set_mps(n, True, GIB, 50, user='daemon'), KGPU_DENIED, 'SetMps as daemon (probe check)')
+        check(mps_commands(n, 0) == [], 'refused by the probe: tools ran %r' % mps_commands(n, 0))
+    print('SetMps as daemon on an allow-all bus: refused by the probe itself')
+
+
+def run(node):
+    wait(lambda: gpu(node).get('Vendor') == 'nvidia', 'the L40S')
+    check_policy(node)
+    check_enable(node)
+    check_errors(node)
+    check_health(node)
+    check_disable(node)
+    check_labels(node)
+    check_mig_gpu()
+    check_daemon_refuses()
+
+
+if __name__ == '__main__':
+    if len(sys.argv) == 3 and sys.argv[1] == '--call':
+        address, method, sig, args = json.loads(sys.argv[2])
+        print(json.dumps(call(address, method, sig, args)))
+        sys.exit(0)
+    harness.run_test(run, need_root=True, broker=False, kubelet=False, nvidia_scenario='l40s', resources=[],
+                     config_extra=CONFIG)
