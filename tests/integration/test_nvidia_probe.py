@@ -14,6 +14,7 @@
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -205,6 +206,14 @@ def check_mig_rescan(node, farm):
     names = cdi_names(node)
     check('0:6' in names and '0:7' not in names, 'CDI after rescan %r' % names)
     print('MIG layout change picked up by Rescan (PropertiesChanged MigDevices)')
+    # systemctl reload (SIGHUP) reads them again too.
+    retarget(farm, 'h100-mig-mixed')
+    os.kill(pid, signal.SIGHUP)
+    wait(lambda: [d[2] for d in nvidia_gpus(node)[H100_MIXED]['MigDevices']] ==
+         ['3g.40gb', '2g.20gb', '1g.10gb', '1g.10gb'], 'MIG layout after reload')
+    wait(lambda: cdi_names(node) is not None and '0:4' not in cdi_names(node), 'CDI after reload')
+    check(node.daemons['probe'].proc.pid == pid and node.daemons['probe'].alive(), 'probe restarted')
+    print('MIG layout change picked up by reload (SIGHUP)')
 
 
 def check_fail_on_init_true():

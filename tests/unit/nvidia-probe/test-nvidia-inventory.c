@@ -344,8 +344,26 @@ START_TEST(test_health_lost_and_recovery) {
 }
 END_TEST
 
+/* Health polls the fake nvidia-smi logged so far (it logs before its delay). */
+static unsigned count_polls(void) {
+        char path[4200], line[8192];
+        unsigned c = 0;
+        FILE *f;
+
+        (void) snprintf(path, sizeof(path), "%s/fake-nvidia.log", workdir);
+        f = fopen(path, "re");
+        if (!f)
+                return 0;
+        while (fgets(line, sizeof(line), f))
+                if (strstr(line, "--query-gpu=") && !strstr(line, "compute_cap"))
+                        c++;
+        fclose(f);
+        return c;
+}
+
 START_TEST(test_health_timeout) {
         _cleanup_(manager_freep) Manager *m = NULL;
+        unsigned before;
         uint64_t n;
         int w;
 
@@ -354,10 +372,13 @@ START_TEST(test_health_timeout) {
         /* The fake answers after 3 s; a poll gives up after max(interval, 1 s). */
         setenv("KGPU_FAKE_NVIDIA_DELAY", "3", 1);
         n = nvidia_probe_n_polls(m->nvidia);
+        before = count_polls();
         run_until_polls(m, n + 1);
         unsetenv("KGPU_FAKE_NVIDIA_DELAY");
         ck_assert_str_eq(m->gpus[0]->health, "Unhealthy");
         ck_assert_str_eq(m->gpus[0]->health_reason, "nvidia-smi-failed: timed out");
+        /* About ten ticks passed while it ran: they were skipped, no second poll. */
+        ck_assert_uint_eq(count_polls(), before + 1);
 }
 END_TEST
 
