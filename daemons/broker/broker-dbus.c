@@ -23,6 +23,7 @@
 #include "common/util.h"
 #include "daemons/broker/broker-dbus.h"
 #include "daemons/broker/manager.h"
+#include "daemons/broker/nvidia.h"
 #include "daemons/broker/reconcile.h"
 #include "daemons/broker/reload.h"
 #include "daemons/broker/policy.h"
@@ -336,10 +337,25 @@ static int check_share_limit(Manager *m, const char *resource, const Requests *q
         return 0;
 }
 
+/* Appends an a{ss} from a flat key, value strv. */
+static int append_pairs(sd_bus_message *reply, char * const *pairs) {
+        int r;
+
+        r = sd_bus_message_open_container(reply, 'a', "{ss}");
+        if (r < 0)
+                return r;
+        for (size_t i = 0; pairs && pairs[i] && pairs[i + 1]; i += 2) {
+                r = sd_bus_message_append(reply, "{ss}", pairs[i], pairs[i + 1]);
+                if (r < 0)
+                        return r;
+        }
+        return sd_bus_message_close_container(reply);
+}
+
 static int append_allocate_response(Manager *m, sd_bus_message *reply, const char *resource, char * const *ids) {
         _cleanup_free_ DeviceSpec *specs = NULL;
         _cleanup_free_ MountSpec *mounts = NULL;
-        _cleanup_strv_free_ char **cdi = NULL;
+        _cleanup_strv_free_ char **cdi = NULL, **envs = NULL, **annotations = NULL;
         size_t n, n_mounts;
         int r;
 
@@ -349,11 +365,14 @@ static int append_allocate_response(Manager *m, sd_bus_message *reply, const cha
         r = resources_allocate_extras(m->resources, resource, ids, &mounts, &n_mounts, &cdi);
         if (r < 0)
                 return r;
+        r = resources_allocate_envs(m->resources, resource, ids, &envs, &annotations);     /* NVIDIA */
+        if (r < 0)
+                return r;
 
         r = sd_bus_message_open_container(reply, 'r', "a{ss}a(ssb)a(sss)a{ss}as");
         if (r < 0)
                 return r;
-        r = sd_bus_message_append(reply, "a{ss}", 0);                   /* envs */
+        r = append_pairs(reply, envs);
         if (r < 0)
                 return r;
         r = sd_bus_message_open_container(reply, 'a', "(ssb)");
@@ -380,7 +399,7 @@ static int append_allocate_response(Manager *m, sd_bus_message *reply, const cha
         r = sd_bus_message_close_container(reply);
         if (r < 0)
                 return r;
-        r = sd_bus_message_append(reply, "a{ss}", 0);                   /* annotations */
+        r = append_pairs(reply, annotations);
         if (r < 0)
                 return r;
         r = sd_bus_message_append_strv(reply, cdi);

@@ -30,6 +30,7 @@
 #include "daemons/broker/manager.h"
 #include "daemons/broker/inventory.h"
 #include "daemons/broker/mps-client.h"
+#include "daemons/broker/nvidia.h"
 #include "daemons/broker/probe-client.h"
 #include "daemons/broker/reload.h"
 
@@ -84,6 +85,12 @@ int manager_new(Config *config, Manager **ret) {
                  config_allocation_policy_to_string(m->config->intel_allocation_policy),
                  m->config->intel_enable_monitoring ? "true" : "false",
                  config_by_path_to_string(m->config->intel_by_path));
+        r = resources_set_nvidia_options(m->resources, m->config);
+        if (r == -ENOMEM)
+                return log_oom();
+        if (r < 0)
+                return log_error_errno(r, "Invalid NVIDIA sharing configuration (sharing.timeSlicing / sharing.mps "
+                                       "resources): %m");
         r = resources_set_id_filters(m->resources, m->config->intel_allow_ids, m->config->intel_deny_ids);
         if (r < 0)
                 return log_error_errno(r, "Invalid intel.allowIDs or intel.denyIDs (PCI device ids like 0x56a0 "
@@ -112,6 +119,7 @@ Manager *manager_free(Manager *m) {
         probe_client_stop(m);
         sd_bus_flush_close_unref(m->bus);
         mps_client_free(m->mps);
+        free(m->nvidia_problem);
         sd_event_unref(m->event);
         store_free(m->store);
         free(m->store_error);
@@ -119,6 +127,19 @@ Manager *manager_free(Manager *m) {
         free(m->boot_id);
         config_free(m->config);
         return mfree(m);
+}
+
+void manager_log_nvidia_problem(Manager *m) {
+        const char *p = resources_nvidia_problem(m->resources);
+
+        if (streq_ptr(p, m->nvidia_problem))
+                return;
+        if (p)
+                log_warning("NVIDIA GPUs not advertised as configured: %s", p);
+        else if (m->nvidia_problem)
+                log_info("NVIDIA GPUs are advertised as configured again.");
+        free(m->nvidia_problem);
+        m->nvidia_problem = p ? strdup(p) : NULL;       /* NULL on OOM: logged again next time */
 }
 
 void manager_update_status(Manager *m) {

@@ -18,17 +18,23 @@
 #include "common/util.h"
 #include "daemons/broker/manager.h"
 #include "daemons/broker/mps-client.h"
+#include "daemons/broker/nvidia.h"
 
 #define SET_MPS_TIMEOUT_USEC (60ULL * 1000000ULL)  /* compute mode + daemon start on a busy node */
 
 typedef struct MpsSent {
         char *path;
-        bool warned;            /* the reason it gets no MPS was logged */
         bool asked;             /* a SetMps was sent with the values below */
         bool enabled;
         uint64_t memory;
         uint32_t percentage;
 } MpsSent;
+
+typedef struct MpsPlan {
+        bool enabled;
+        uint64_t pinned_memory_bytes;
+        uint32_t active_thread_percentage;
+} MpsPlan;
 
 struct MpsClient {
         MpsSent *sent;
@@ -41,69 +47,6 @@ typedef struct SetMpsCall {
         uint32_t percentage;
         char id[];
 } SetMpsCall;
-
-static bool entry_names_gpu(const ConfigSharedResource *e, const GpuInfo *g) {
-        char index[16];
-
-        if (!e->devices)
-                return true;
-        snprintf(index, sizeof index, "%" PRIi32, g->index);
-        for (char **d = e->devices; *d; d++)
-                if ((g->index >= 0 && streq(*d, index)) || (!isempty(g->uuid) && streq(*d, g->uuid)) ||
-                    streq(*d, g->id))
-                        return true;
-        return false;
-}
-
-void mps_plan_for_gpu(const Config *c, const GpuInfo *g, MpsPlan *ret) {
-        MpsPlan p = {};
-        bool named = false;
-
-        if (!c->nvidia_enabled || !streq_ptr(g->vendor, "nvidia")) {
-                *ret = p;
-                return;
-        }
-        for (size_t i = 0; i < c->nvidia_mps.n_resources; i++) {
-                const ConfigSharedResource *e = &c->nvidia_mps.resources[i];
-                uint64_t memory;
-                uint32_t pct;
-
-                if (!entry_names_gpu(e, g))
-                        continue;
-                if (!streq_ptr(e->name, RESOURCE_NVIDIA_GPU)) {
-                        /* nvidia.com/mig-<profile>: MPS inside MIG devices. */
-                        if (!p.skipped)
-                                p.skipped = "MPS on MIG devices is not supported";
-                        continue;
-                }
-                named = true;
-                if (e->replicas == 0)
-                        continue;
-                if (e->memory_bytes > 0) {
-                        memory = e->memory_bytes;
-                        pct = g->memory_bytes > 0 ? (uint32_t) MIN(100 * memory / g->memory_bytes, 100)
-                                                  : 100 / e->replicas;
-                } else {
-                        memory = g->memory_bytes / e->replicas;
-                        pct = 100 / e->replicas;
-                }
-                pct = MAX(pct, 1u);
-                p.n_slices += e->replicas;
-                if (!p.enabled || memory < p.pinned_memory_bytes ||
-                    (memory == p.pinned_memory_bytes && pct < p.active_thread_percentage)) {
-                        p.pinned_memory_bytes = memory;
-                        p.active_thread_percentage = pct;
-                }
-                p.enabled = true;
-        }
-        if (p.enabled && streq_ptr(g->mig_mode, "Enabled")) {
-                p = (MpsPlan) { .skipped = "MIG is enabled on it (MPS needs whole GPUs)" };
-        } else if (p.enabled && p.pinned_memory_bytes == 0) {
-                p = (MpsPlan) { .skipped = "its memory size is unknown and no memoryGB is set" };
-        } else if (!named && !p.skipped)
-                p = (MpsPlan) {};
-        *ret = p;
-}
 
 static MpsSent *sent_find(MpsClient *c, const char *path) {
         for (size_t i = 0; i < c->n_sent; i++)
@@ -189,7 +132,10 @@ static MpsSent *sent_get(MpsClient *c, const char *path) {
 }
 
 int mps_client_sync(Manager *m, bool force) {
+        NvidiaMpsRequest *req = NULL;
+        size_t n_req = 0;
         MpsClient *c;
+        int r;
 
         if (!m->mps) {
                 m->mps = calloc(1, sizeof(MpsClient));
@@ -205,21 +151,22 @@ int mps_client_sync(Manager *m, bool force) {
         if (!m->bus || !m->probe_owner)
                 return 0;
 
+        r = resources_nvidia_mps_requests(m->resources, &req, &n_req);
+        if (r < 0)
+                return log_oom();
         for (size_t i = 0; i < m->resources->n_gpus; i++) {
                 const Gpu *g = &m->resources->gpus[i];
                 MpsSent *s = sent_find(c, g->path);
                 bool active = !isempty(g->info.mps_state);
-                MpsPlan p;
+                MpsPlan p = {};
 
-                mps_plan_for_gpu(m->config, &g->info, &p);
-                if (p.skipped && !(s && s->warned)) {
-                        log_warning("The configuration puts GPU %s under MPS, but %s; not running MPS there.",
-                                    g->info.id, p.skipped);
-                        s = sent_get(c, g->path);
-                        if (!s)
-                                return log_oom();
-                        s->warned = true;
-                }
+                for (size_t j = 0; j < n_req; j++)
+                        if (streq(req[j].gpu_id, g->info.id)) {
+                                p = (MpsPlan) { .enabled = req[j].enabled,
+                                                .pinned_memory_bytes = req[j].pinned_memory_bytes,
+                                                .active_thread_percentage = req[j].active_thread_percentage };
+                                break;
+                        }
 
                 if (p.enabled) {
                         if (s && s->asked && s->enabled && s->memory == p.pinned_memory_bytes &&
@@ -233,13 +180,16 @@ int mps_client_sync(Manager *m, bool force) {
                         continue;       /* never under MPS */
 
                 s = sent_get(c, g->path);
-                if (!s)
+                if (!s) {
+                        nvidia_mps_requests_free(req, n_req);
                         return log_oom();
+                }
                 s->asked = true;
                 s->enabled = p.enabled;
                 s->memory = p.pinned_memory_bytes;
                 s->percentage = p.active_thread_percentage;
                 (void) set_mps(m, g->info.id, p.enabled, p.pinned_memory_bytes, p.active_thread_percentage);
         }
+        nvidia_mps_requests_free(req, n_req);
         return 0;
 }

@@ -20,6 +20,7 @@
 #include "daemons/broker/broker-dbus.h"
 #include "daemons/broker/manager.h"
 #include "daemons/broker/mps-client.h"
+#include "daemons/broker/nvidia.h"
 #include "daemons/broker/reload.h"
 
 #define KGPU_ERROR_INVALID_CONFIG "io.kgpu.Error.InvalidConfig"
@@ -80,6 +81,15 @@ static int build_resources(const Config *c, const Resources *old, Resources **re
                                         c->intel_enable_monitoring, c->intel_by_path, c->intel_cdi_devices);
         if (r < 0)
                 return r;
+        r = resources_set_nvidia_options(res, c);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0) {
+                if (asprintf(ret_error, "%s: invalid NVIDIA sharing configuration (sharing.timeSlicing / "
+                             "sharing.mps resources)", c->file ?: "configuration") < 0)
+                        *ret_error = NULL;
+                return -EINVAL;
+        }
         r = resources_set_id_filters(res, c->intel_allow_ids, c->intel_deny_ids);
         if (r < 0) {
                 if (asprintf(ret_error, "%s: invalid intel.allowIDs or intel.denyIDs (PCI device ids like "
@@ -152,6 +162,7 @@ int broker_reload(Manager *m, char **ret_error) {
                  m->config->file ?: "defaults", strv_length(changed), strv_length(changed) > 0 ? ": " : "",
                  list ?: "");
         (void) broker_dbus_emit_resources_changed(m, changed);
+        manager_log_nvidia_problem(m);
         (void) mps_client_sync(m, true);        /* MPS added, changed or removed */
         (void) sd_notify(false, "READY=1");
         manager_update_status(m);

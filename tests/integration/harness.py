@@ -531,8 +531,17 @@ class Node:
         return fake_nvidia.read_commands(self.tmp)
 
     def nvidia_state(self):
-        """The fake tools' state: compute modes, MPS daemons and limits, lost GPUs."""
-        return fake_nvidia.read_state(self.tmp)
+        """The fake tools' state: compute modes, MPS daemons and limits, lost GPUs. Read
+        under the lock the fake tools hold while they rewrite it."""
+        import fcntl
+        path = os.path.join(self.tmp, 'fake-nvidia-state.json')
+        try:
+            with open(path) as f:
+                fcntl.flock(f, fcntl.LOCK_SH)
+                text = f.read()
+        except FileNotFoundError:
+            return {}
+        return json.loads(text) if text.strip() else {}
 
     def nvidia_set_lost(self, indices):
         """GPUs (by nvidia-smi index) lost from the next nvidia-smi call on; [] restores."""

@@ -1,27 +1,57 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * test-mps-plan.c — which GPUs the broker puts under MPS and with which default limits
- * (mps_plan_for_gpu(), the values SetMps carries).
+ * test-mps-plan.c — the SetMps arguments the broker sends (mps-client.c takes them from
+ * resources_nvidia_mps_requests()): which GPUs go under MPS and with which default
+ * limits (the smallest slice's), for configs as the nos fork writes them.
  */
 
 #include <check.h>
 #include <stdlib.h>
 
 #include "common/util.h"
-#include "daemons/broker/mps-client.h"
+#include "daemons/broker/nvidia.h"
+#include "daemons/broker/resources.h"
 
 #define GIB (UINT64_C(1) << 30)
 #define MIB (UINT64_C(1) << 20)
 #define H100_MEMORY (UINT64_C(81559) * MIB)
 
+typedef struct MpsPlan {
+        bool enabled;
+        bool requested;         /* an entry for the GPU exists (SetMps on or off) */
+        uint64_t pinned_memory_bytes;
+        uint32_t active_thread_percentage;
+} MpsPlan;
+
 static GpuInfo gpu(const char *uuid, int32_t index, uint64_t memory, const char *mig_mode) {
         return (GpuInfo) { .id = (char *) uuid, .uuid = (char *) uuid, .vendor = (char *) "nvidia",
-                           .index = index, .memory_bytes = memory, .mig_mode = (char *) mig_mode,
-                           .mps_state = (char *) "" };
+                           .driver = (char *) "nvidia", .index = index, .memory_bytes = memory,
+                           .mig_mode = (char *) mig_mode, .mps_state = (char *) "", .healthy = true,
+                           .numa_node = -1, .product = (char *) "NVIDIA H100 80GB HBM3" };
 }
 
 static Config config(ConfigSharedResource *r, size_t n) {
         return (Config) { .nvidia_enabled = true, .nvidia_mps = { .resources = r, .n_resources = n } };
+}
+
+/* The request for GPU g on a node with only g. */
+static void mps_plan_for_gpu(const Config *c, const GpuInfo *g, MpsPlan *ret) {
+        Resources *r = NULL;
+        NvidiaMpsRequest *l = NULL;
+        size_t n = 0;
+
+        ck_assert_int_eq(resources_new(true, &r), 0);
+        ck_assert_int_eq(resources_set_nvidia_options(r, c), 0);
+        ck_assert_int_ge(resources_update_gpu(r, "/io/kgpu/Probe1/gpu/x", g, NULL), 0);
+        ck_assert_int_eq(resources_nvidia_mps_requests(r, &l, &n), 0);
+        *ret = (MpsPlan) {};
+        for (size_t i = 0; i < n; i++)
+                if (streq(l[i].gpu_id, g->id))
+                        *ret = (MpsPlan) { .requested = true, .enabled = l[i].enabled,
+                                           .pinned_memory_bytes = l[i].pinned_memory_bytes,
+                                           .active_thread_percentage = l[i].active_thread_percentage };
+        nvidia_mps_requests_free(l, n);
+        resources_free(r);
 }
 
 START_TEST(test_mps_slices_of_different_sizes) {
@@ -36,10 +66,8 @@ START_TEST(test_mps_slices_of_different_sizes) {
 
         mps_plan_for_gpu(&c, &g, &p);
         ck_assert(p.enabled);
-        ck_assert_ptr_null(p.skipped);
         ck_assert_uint_eq(p.pinned_memory_bytes, 2 * GIB);     /* the smallest slice */
         ck_assert_uint_eq(p.active_thread_percentage, 2);      /* floor(100 * 2048 / 81559) */
-        ck_assert_uint_eq(p.n_slices, 3);
 
         /* Order does not matter. */
         ConfigSharedResource q[] = { r[1], r[0] };
@@ -48,11 +76,11 @@ START_TEST(test_mps_slices_of_different_sizes) {
         ck_assert_uint_eq(p.pinned_memory_bytes, 2 * GIB);
         ck_assert_uint_eq(p.active_thread_percentage, 2);
 
-        /* Larger than the GPU: at most 100 %. */
+        /* Slices larger than the GPU: no MPS at all (nvidia.h). */
         ConfigSharedResource big[] = { { .name = (char *) "nvidia.com/gpu", .replicas = 1, .memory_bytes = 100 * GIB } };
         c = config(big, 1);
         mps_plan_for_gpu(&c, &g, &p);
-        ck_assert_uint_eq(p.active_thread_percentage, 100);
+        ck_assert(!p.enabled);
         /* Tiny: at least 1 %. */
         big[0].memory_bytes = 64 * MIB;
         mps_plan_for_gpu(&c, &g, &p);
@@ -79,7 +107,7 @@ START_TEST(test_mps_replicas_without_memory) {
         g.memory_bytes = 0;
         mps_plan_for_gpu(&c, &g, &p);
         ck_assert(!p.enabled);
-        ck_assert_ptr_nonnull(p.skipped);
+        ck_assert(!p.requested);
 }
 END_TEST
 
@@ -97,27 +125,19 @@ START_TEST(test_mps_which_gpus) {
 
         mps_plan_for_gpu(&c, &g0, &p);
         ck_assert(!p.enabled);
-        ck_assert_ptr_null(p.skipped);
         mps_plan_for_gpu(&c, &g1, &p);
         ck_assert(p.enabled);
         ck_assert_uint_eq(p.active_thread_percentage, 50);
-        ck_assert_uint_eq(p.n_slices, 2);
         mps_plan_for_gpu(&c, &g2, &p);
         ck_assert(p.enabled);
         ck_assert_uint_eq(p.active_thread_percentage, 25);
-
-        /* MIG enabled: refused by the probe, so not asked; said why. */
-        GpuInfo mig = gpu("GPU-b", 1, H100_MEMORY, "Enabled");
-        mps_plan_for_gpu(&c, &mig, &p);
-        ck_assert(!p.enabled);
-        ck_assert_ptr_nonnull(p.skipped);
 
         /* A MIG profile under MPS: not supported. */
         ConfigSharedResource m[] = { { .name = (char *) "nvidia.com/mig-1g.10gb", .replicas = 2 } };
         c = config(m, 1);
         mps_plan_for_gpu(&c, &g0, &p);
         ck_assert(!p.enabled);
-        ck_assert_ptr_nonnull(p.skipped);
+        ck_assert(!p.requested);
 
         /* Intel GPUs, NVIDIA disabled, no MPS section: nothing. */
         ConfigSharedResource all[] = { { .name = (char *) "nvidia.com/gpu", .replicas = 2 } };
@@ -125,14 +145,19 @@ START_TEST(test_mps_which_gpus) {
         GpuInfo intel = { .id = (char *) "0000:03:00.0", .vendor = (char *) "intel", .index = -1 };
         mps_plan_for_gpu(&c, &intel, &p);
         ck_assert(!p.enabled);
-        ck_assert_ptr_null(p.skipped);
         c.nvidia_enabled = false;
         mps_plan_for_gpu(&c, &g0, &p);
         ck_assert(!p.enabled);
         c = config(NULL, 0);
         mps_plan_for_gpu(&c, &g0, &p);
         ck_assert(!p.enabled);
-        ck_assert_ptr_null(p.skipped);
+        ck_assert(!p.requested);
+
+        /* MPS still running on a GPU the config no longer puts under MPS: stop it. */
+        g0.mps_state = (char *) "running";
+        mps_plan_for_gpu(&c, &g0, &p);
+        ck_assert(p.requested);
+        ck_assert(!p.enabled);
 }
 END_TEST
 

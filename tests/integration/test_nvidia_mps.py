@@ -1,0 +1,134 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# test_nvidia_mps.py — MPS slices of different sizes on one GPU, end to end with the fake
+# nvidia-smi and nvidia-cuda-mps-control (scenario l40s, 46068 MiB). Config in the nos
+# fork's format: sharing.mps.resources[] with two 2 GB slices (renamed
+# nvidia.com/gpu-2gb) and one 4 GB slice (nvidia.com/gpu-4gb) on the GPU.
+#
+# Asserts: the fake tools were told compute mode EXCLUSIVE_PROCESS for GPU 0 and started
+# one MPS control daemon (pipe directory .../mps/<uuid>/pipe, CUDA_VISIBLE_DEVICES=<uuid>)
+# whose default limits are the smallest slice's (2048M on device 0, floor(100 * 2048 /
+# 46068) = 4 %); the slices are "<uuid>::0", "::1" (2 GB) and "::2" (4 GB), Healthy once
+# MPS runs; each Allocate answer carries its own slice's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
+# ("0=2048M" / "0=4096M") and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (4 / 8), the pipe
+# directory (CUDA_MPS_PIPE_DIRECTORY, its host directory mounted there) and /dev/shm;
+# after a probe restart the limits are sent to the control daemon again; after a reload
+# with no MPS in the config the daemon got "quit", the compute mode is Default again and
+# the GPU is a plain nvidia.com/gpu device and the slice resources are withdrawn.
+
+import os
+import signal
+
+from harness import check, RES_I915, RES_XE, PROBE_BUS
+from kubelet_sim import socket_name_for
+from nvidia_sim import L40S, RES_GPU, yaml_config, wait_devices, run_cases
+
+INTEL = [RES_I915, RES_XE]
+RES_2GB = 'nvidia.com/gpu-2gb'
+RES_4GB = 'nvidia.com/gpu-4gb'
+MPS = yaml_config('none', extra='''sharing:
+  mps:
+    resources:
+    - name: nvidia.com/gpu
+      rename: nvidia.com/gpu-2gb
+      memoryGB: 2
+      replicas: 2
+    - name: nvidia.com/gpu
+      rename: nvidia.com/gpu-4gb
+      memoryGB: 4
+      replicas: 1
+''')
+
+
+def mps_daemons(node):
+    return node.nvidia_state().get('mps', {})
+
+
+def daemon(node):
+    return mps_daemons(node).get(pipe_dir(node), {})
+
+
+def pipe_dir(node):
+    return os.path.join(node.tmp, 'run', 'probe', 'mps', L40S, 'pipe')
+
+
+def limit_commands(node):
+    return [c for c in node.nvidia_commands() if c.startswith('nvidia-cuda-mps-control < set_default')]
+
+
+def check_slice(node, resource, slice_id, mib, pct):
+    a = node.kubelet.plugin(resource).allocate([slice_id])
+    envs = a['envs']
+    check(envs.get('NVIDIA_VISIBLE_DEVICES') == L40S, '%s: NVIDIA_VISIBLE_DEVICES %r' % (slice_id, envs))
+    check(envs.get('CUDA_MPS_PINNED_DEVICE_MEM_LIMIT') == '0=%dM' % mib,
+          '%s: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT %r, expected 0=%dM' % (slice_id, envs, mib))
+    check(envs.get('CUDA_MPS_ACTIVE_THREAD_PERCENTAGE') == str(pct),
+          '%s: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE %r, expected %d' % (slice_id, envs, pct))
+    container_pipe = envs.get('CUDA_MPS_PIPE_DIRECTORY')
+    check(container_pipe and container_pipe.startswith('/'), '%s: CUDA_MPS_PIPE_DIRECTORY %r' % (slice_id, envs))
+    mounts = {m['container_path']: (m['host_path'], m['read_only']) for m in a['mounts']}
+    check(mounts.get(container_pipe) == (pipe_dir(node), False),
+          '%s: pipe directory mount %r, expected %s -> %s rw' % (slice_id, mounts, pipe_dir(node), container_pipe))
+    check(mounts.get('/dev/shm') == ('/dev/shm', False), '%s: /dev/shm mount %r' % (slice_id, mounts))
+    check(set(envs) == {'NVIDIA_VISIBLE_DEVICES', 'CUDA_MPS_PIPE_DIRECTORY', 'CUDA_MPS_PINNED_DEVICE_MEM_LIMIT',
+                        'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE'}, '%s: envs %r' % (slice_id, envs))
+
+
+def mps(node):
+    wait_devices(node, RES_2GB, [L40S + '::0', L40S + '::1'], timeout=15)
+    wait_devices(node, RES_4GB, [L40S + '::2'], timeout=15)
+
+    st = node.nvidia_state()
+    check(st.get('compute_mode', {}).get('0') == 'Exclusive_Process', 'compute mode: %r' % st)
+    cmds = node.nvidia_commands()
+    check(any(c.startswith('nvidia-smi') and 'EXCLUSIVE_PROCESS' in c and '-i 0' in c for c in cmds),
+          'no "nvidia-smi -i 0 -c EXCLUSIVE_PROCESS" in %r' % cmds)
+    daemons = mps_daemons(node)
+    check(list(daemons) == [pipe_dir(node)], 'MPS daemons %r, expected one at %s' % (list(daemons), pipe_dir(node)))
+    d = daemons[pipe_dir(node)]
+    check(d['running'] and d['visible'] == L40S, 'daemon %r' % d)
+    check(d['pinned_mem_limit'] == {'0': '2048M'}, 'pinned memory limit %r, expected the 2 GB slice' % d)
+    check(float(d['active_thread_percentage']) == 4, 'active thread percentage %r, expected 4' % d)
+
+    check_slice(node, RES_2GB, L40S + '::0', 2048, 4)
+    check_slice(node, RES_2GB, L40S + '::1', 2048, 4)
+    check_slice(node, RES_4GB, L40S + '::2', 4096, 8)
+
+    # A restarted probe runs no MPS until the broker tells it again: the limits are
+    # sent to the control daemon anew.
+    before = len(limit_commands(node))
+    node.daemons['probe'].stop()
+    node.start_probe()
+    node.wait_bus_name(PROBE_BUS, 10, node.daemons['probe'])
+    node.wait_for(lambda: check(len(limit_commands(node)) > before, 'limits not sent again: %r'
+                                % node.nvidia_commands()[-10:]), 15, what='limits after a probe restart')
+    node.wait_for(lambda: check(daemon(node).get('running') and
+                                daemon(node).get('pinned_mem_limit') == {'0': '2048M'},
+                                'daemon %r' % mps_daemons(node)), 15, what='MPS running after a probe restart')
+    wait_devices(node, RES_2GB, [L40S + '::0', L40S + '::1'], timeout=15)
+
+    # MPS removed from the config: the daemon quits, the compute mode is restored.
+    node.write_config_extra(yaml_config('none'))
+    node.daemons['broker'].send_signal(signal.SIGHUP)
+    node.wait_for(lambda: check(daemon(node).get('running') is False, 'daemon still running: %r'
+                                % mps_daemons(node)), 15, what='MPS daemon stopped')
+    check(any(c == 'nvidia-cuda-mps-control < quit' for c in node.nvidia_commands()), 'no quit sent')
+    node.wait_for(lambda: check(node.nvidia_state().get('compute_mode', {}).get('0') == 'Default',
+                                'compute mode %r' % node.nvidia_state()), 15, what='compute mode Default')
+    wait_devices(node, RES_GPU, [L40S], timeout=15)
+    # The slice resources are withdrawn: no devices, or their sockets closed (grpcd's
+    # grace period for a resource the broker no longer advertises).
+    for r in (RES_2GB, RES_4GB):
+        sock = os.path.join(node.plugin_dir, socket_name_for(r))
+        node.wait_for(lambda: check(not os.path.exists(sock) or not node.kubelet.plugin(r).devices(),
+                                    '%s still advertised: %r' % (r, node.kubelet.plugin(r).devices())),
+                      15, what='%s withdrawn' % r)
+
+
+CASES = [
+    ('l40s, 2x 2 GB + 1x 4 GB', dict(nvidia_scenario='l40s', resources=INTEL + [RES_2GB, RES_4GB],
+                                     config_extra=MPS), mps),
+]
+
+if __name__ == '__main__':
+    run_cases(CASES)
