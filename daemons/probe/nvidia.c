@@ -923,6 +923,9 @@ int nvidia_probe_configure(NvidiaProbe *p, const Config *c) {
                 free(p->smi);
                 p->smi = TAKE_PTR(smi);
         }
+        if (!enabled && nvidia_probe_busy(p))
+                /* Switched off while reading: that read is void. */
+                nvidia_finish_inventory(p, -ECANCELED, "NVIDIA support was switched off");
         if (!enabled)
                 /* Switched off: the NVIDIA GPUs leave the bus. */
                 for (size_t i = p->manager->n_gpus; i > 0; i--)

@@ -292,6 +292,32 @@ START_TEST(test_no_tool) {
 }
 END_TEST
 
+START_TEST(test_switched_off) {
+        _cleanup_(manager_freep) Manager *m = NULL;
+        Config c = {};
+        const char *key = NULL;
+        int w;
+
+        m = start("l40s", true, 0, &w);
+        ck_assert_int_eq(w, 0);
+        ck_assert_uint_eq(m->n_gpus, 1);
+
+        /* A reload with nvidia.enabled false while a rescan reads: the read is dropped,
+         * the GPUs leave, nothing comes back. */
+        ck_assert_int_eq(nvidia_probe_inventory(m->nvidia, true), 0);
+        ck_assert(nvidia_probe_busy(m->nvidia));
+        c.nvidia_enabled = false;
+        ck_assert_int_eq(manager_configure(m, &c, &key), 0);
+        ck_assert(!nvidia_probe_busy(m->nvidia));
+        ck_assert_uint_eq(m->n_gpus, 0);
+        ck_assert_int_eq(nvidia_probe_inventory(m->nvidia, true), 0);
+        ck_assert(!nvidia_probe_busy(m->nvidia));
+        for (int i = 0; i < 5; i++)
+                ck_assert_int_ge(sd_event_run(m->event, 50000), 0);
+        ck_assert_uint_eq(m->n_gpus, 0);
+}
+END_TEST
+
 static Gpu *gpu_by_index(Manager *m, int index) {
         for (size_t i = 0; i < m->n_gpus; i++)
                 if (m->gpus[i]->index == index)
@@ -560,6 +586,7 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_no_driver_fail_on_init);
         tcase_add_test(tc, test_no_driver_no_fail);
         tcase_add_test(tc, test_no_tool);
+        tcase_add_test(tc, test_switched_off);
         tcase_add_test(tc, test_health_lost_and_recovery);
         tcase_add_test(tc, test_health_timeout);
         tcase_add_test(tc, test_rescan_mig_layout_change);
