@@ -54,8 +54,18 @@ typedef struct NvidiaUnit {
         char *cdi_name;         /* nvidia.com/gpu=<runtime id> */
 } NvidiaUnit;
 
+/* A device id split as policy_id_cmp() splits it, computed once: the table is sorted
+ * and searched with id_key_cmp(), the same order as policy_id_cmp() without re-parsing. */
+typedef struct IdKey {
+        const char *id;
+        size_t len;             /* the GPU part's length (whole id when no share) */
+        uint32_t num;
+        bool share;
+} IdKey;
+
 typedef struct NvidiaDevice {
         char *id;
+        IdKey key;
         size_t resource;        /* index in NvidiaState.resources */
         size_t unit;
         uint32_t replica;
@@ -405,6 +415,30 @@ fail:
         return k;
 }
 
+static IdKey id_key(const char *id) {
+        IdKey k = { .id = id };
+
+        k.share = policy_split_id(id, &k.len, &k.num) >= 0;
+        if (!k.share)
+                k.len = strlen(id);
+        return k;
+}
+
+/* policy_id_cmp() on split ids. */
+static int id_key_cmp(const IdKey *a, const IdKey *b) {
+        int c = memcmp(a->id, b->id, MIN(a->len, b->len));
+
+        if (c != 0)
+                return c;
+        if (a->len != b->len)
+                return a->len < b->len ? -1 : 1;
+        if (a->share != b->share)
+                return a->share ? 1 : -1;
+        if (!a->share || a->num == b->num)
+                return 0;
+        return a->num < b->num ? -1 : 1;
+}
+
 static int device_add(Builder *b, const char *resource, size_t unit, const char *id, uint32_t replica,
                       NvidiaSharing sharing, uint64_t memory, uint32_t percentage) {
         const GpuInfo *g = &b->r->gpus[b->t.units[unit].gpu].info;
@@ -437,6 +471,7 @@ static int device_add(Builder *b, const char *resource, size_t unit, const char 
                 d.id = NULL;
         if (!d.id)
                 return -ENOMEM;
+        d.key = id_key(d.id);
         b->t.devices[b->t.n_devices++] = d;
         return 0;
 }
@@ -655,7 +690,7 @@ static int device_sort_cmp(const void *a, const void *b) {
 
         if (x->resource != y->resource)
                 return x->resource < y->resource ? -1 : 1;
-        return policy_id_cmp(x->id, y->id);
+        return id_key_cmp(&x->key, &y->key);
 }
 
 static int name_cmp(const void *a, const void *b) {
@@ -813,13 +848,15 @@ bool resources_is_nvidia(const Resources *r, const char *resource) {
 
 static const NvidiaDevice *find_device(const NvidiaState *s, const NvidiaResource *res, const char *id) {
         size_t lo = 0, hi = res ? res->n : 0;
+        IdKey key;
 
-        if (!id)
+        if (!id || hi == 0)
                 return NULL;
+        key = id_key(id);
         while (lo < hi) {
                 size_t mid = lo + (hi - lo) / 2;
                 const NvidiaDevice *d = &s->table.devices[res->start + mid];
-                int c = policy_id_cmp(id, d->id);
+                int c = id_key_cmp(&key, &d->key);
 
                 if (c == 0)
                         return d;
@@ -1256,28 +1293,6 @@ static int score_cmp(const Score *a, const Score *b) {
         return 0;
 }
 
-static Score pair_score(const GpuInfo *a, const GpuInfo *b) {
-        const GpuLinkInfo *l = NULL;
-        Score s = {};
-
-        for (size_t i = 0; i < a->n_links && !l; i++)
-                if (streq(a->links[i].peer, b->id))
-                        l = &a->links[i];
-        for (size_t i = 0; i < b->n_links && !l; i++)
-                if (streq(b->links[i].peer, a->id))
-                        l = &b->links[i];
-        if (l) {
-                if (streq(l->type, "NV"))
-                        s.v[0] = l->nvlinks;
-                s.v[1] = streq(l->type, "PIX") || streq(l->type, "PXB");
-                s.v[2] = s.v[1] || streq(l->type, "PHB") || streq(l->type, "NODE");
-                s.v[3] = s.v[1] || streq(l->type, "PHB");
-        }
-        if (a->numa_node >= 0 && a->numa_node == b->numa_node)
-                s.v[2] = 1;
-        return s;
-}
-
 /* Among two equally scored sets, the one holding the lowest candidate the other lacks. */
 static bool mask_first(uint64_t a, uint64_t b) {
         uint64_t d = a ^ b;
@@ -1373,16 +1388,57 @@ static uint64_t topo_choose(const Score *w, const Score *wm, size_t m, size_t ne
         return best_mask;
 }
 
-static int result_add(char **result, size_t *n, const char *id) {
-        for (size_t i = 0; i < *n; i++)
-                if (streq(result[i], id))
-                        return 0;
-        result[*n] = strdup(id);
-        if (!result[*n])
-                return -ENOMEM;
-        (*n)++;
-        return 1;
+/* Pair scores of the GPUs nodes[0..n) into m (n x n): each GPU's links are walked once
+ * and their peers found by binary search. */
+typedef struct NodeRef {
+        const char *id;
+        size_t i;
+} NodeRef;
+
+static int node_ref_cmp(const void *a, const void *b) {
+        return strcmp(((const NodeRef *) a)->id, ((const NodeRef *) b)->id);
 }
+
+static int pair_matrix(const GpuInfo * const *nodes, size_t n, Score *m) {
+        _cleanup_free_ NodeRef *refs = NULL;
+
+        refs = calloc(n + 1, sizeof(NodeRef));
+        if (!refs)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++)
+                refs[i] = (NodeRef) { .id = nodes[i]->id, .i = i };
+        qsort(refs, n, sizeof(NodeRef), node_ref_cmp);
+        for (size_t i = 0; i < n; i++) {
+                for (size_t l = 0; l < nodes[i]->n_links; l++) {
+                        const GpuLinkInfo *link = &nodes[i]->links[l];
+                        NodeRef key = { .id = link->peer }, *f;
+
+                        if (!link->peer || !link->type)
+                                continue;
+                        f = bsearch(&key, refs, n, sizeof(NodeRef), node_ref_cmp);
+                        if (!f || f->i == i)
+                                continue;
+                        Score *x = &m[i * n + f->i], *y = &m[f->i * n + i];
+                        if (streq(link->type, "NV"))
+                                x->v[0] = y->v[0] = link->nvlinks;
+                        if (streq(link->type, "PIX") || streq(link->type, "PXB"))
+                                x->v[1] = y->v[1] = x->v[2] = y->v[2] = x->v[3] = y->v[3] = 1;
+                        if (streq(link->type, "PHB"))
+                                x->v[2] = y->v[2] = x->v[3] = y->v[3] = 1;
+                        if (streq(link->type, "NODE"))
+                                x->v[2] = y->v[2] = 1;
+                }
+                for (size_t j = 0; j < n; j++)
+                        if (j != i && nodes[i]->numa_node >= 0 && nodes[i]->numa_node == nodes[j]->numa_node)
+                                m[i * n + j].v[2] = 1;
+        }
+        return 0;
+}
+
+#define MARK_RESULT     1U
+#define MARK_CAND       2U
+#define MARK_COUNTED    4U
+#define MARK_HELD       8U
 
 int resources_nvidia_preferred_allocation(const Resources *r, const char *resource,
                                           char * const *available, char * const *must_include,
@@ -1393,7 +1449,7 @@ int resources_nvidia_preferred_allocation(const Resources *r, const char *resour
         _cleanup_strv_free_ char **result = NULL;
         _cleanup_free_ Cand *cand = NULL;
         _cleanup_free_ uint32_t *in_use = NULL, *next = NULL, *end = NULL;
-        _cleanup_free_ Score *w = NULL;
+        _cleanup_free_ uint8_t *mark = NULL;
         size_t n_result = 0, n_cand = 0, n_ulist = 0, need;
         bool replicas = false, mig = false;
         int k;
@@ -1421,110 +1477,109 @@ int resources_nvidia_preferred_allocation(const Resources *r, const char *resour
         res = s ? table_resource(&s->table, resource) : NULL;
         result = calloc((size_t) size + 1, sizeof(char *));
         cand = calloc(strv_length(available) + 1, sizeof(Cand));
-        if (!result || !cand)
+        mark = calloc(res ? res->n + 1 : 1, sizeof(uint8_t));
+        if (!result || !cand || !mark)
                 return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
+#define POS(d) ((size_t) ((d) - &s->table.devices[res->start]))
+#define TAKE(d) do {                                                                                            if (!(result[n_result] = strdup((d)->id)))                                                              return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");                 n_result++;                                                                                     mark[POS(d)] |= MARK_RESULT;                                                            } while (0)
 
+        /* must_include first: the kubelet's decision, even for an unhealthy device. */
         for (char * const *i = must_include; i && *i && n_result < (size_t) size; i++) {
                 const NvidiaDevice *d = find_device(s, res, *i);
 
-                if (d && result_add(result, &n_result, d->id) < 0)
-                        return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
+                if (d && !(mark[POS(d)] & MARK_RESULT))
+                        TAKE(d);
         }
         for (char * const *i = available; i && *i; i++) {
                 const NvidiaDevice *d = find_device(s, res, *i);
-                bool dup = false;
 
-                if (!d || !d->healthy)
+                if (!d || !d->healthy || (mark[POS(d)] & (MARK_RESULT | MARK_CAND)))
                         continue;
-                for (size_t j = 0; j < n_result && !dup; j++)
-                        dup = streq(result[j], d->id);
-                for (size_t j = 0; j < n_cand && !dup; j++)
-                        dup = cand[j].d == d;
-                if (dup)
-                        continue;
+                mark[POS(d)] |= MARK_CAND;
                 cand[n_cand++] = (Cand) { .d = d, .u = &s->table.units[d->unit] };
                 replicas = replicas || d->sharing != SHARING_NONE;
                 mig = mig || s->table.units[d->unit].mig >= 0;
         }
-        qsort(cand, n_cand, sizeof(Cand), cand_cmp);
+        if (n_cand > 0)
+                qsort(cand, n_cand, sizeof(Cand), cand_cmp);
         need = MIN((size_t) size - n_result, n_cand);
 
-        if (need == 0 || need == n_cand || (!replicas && mig)) {
-                /* Nothing to choose (MIG devices: upstream has no preference either). */
-                if (!replicas && mig) {
-                        for (char * const *i = available; i && *i && n_result < (size_t) size; i++) {
-                                const NvidiaDevice *d = find_device(s, res, *i);
+        if (!replicas && mig) {
+                /* MIG devices: the available order (upstream has no preference either). */
+                for (char * const *i = available; i && *i && n_result < (size_t) size; i++) {
+                        const NvidiaDevice *d = find_device(s, res, *i);
 
-                                if (d && d->healthy && result_add(result, &n_result, d->id) < 0)
-                                        return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
-                        }
-                } else
-                        for (size_t i = 0; i < need; i++)
-                                if (result_add(result, &n_result, cand[i].d->id) < 0)
-                                        return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
+                        if (d && d->healthy && !(mark[POS(d)] & MARK_RESULT))
+                                TAKE(d);
+                }
+        } else if (need == 0 || need == n_cand) {
+                for (size_t i = 0; i < need; i++)
+                        TAKE(cand[i].d);
         } else if (!replicas) {
-                /* Whole GPUs: topology. At most NVIDIA_GPUS_MAX candidates. */
+                /* Whole GPUs: topology over the candidates (<= NVIDIA_GPUS_MAX) and the
+                 * GPUs already taken. */
+                _cleanup_free_ const GpuInfo **nodes = NULL;
+                _cleanup_free_ Score *full = NULL, *w = NULL;
                 Score wm[64] = {};
+                size_t m = MIN(n_cand, (size_t) 64), t = m;
                 uint64_t mask;
-                size_t m = MIN(n_cand, (size_t) 64);
 
+                nodes = calloc(m + n_result + 1, sizeof(GpuInfo *));
+                if (!nodes)
+                        return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
+                for (size_t i = 0; i < m; i++)
+                        nodes[i] = &unit_gpu(r, cand[i].u)->info;
+                for (size_t j = 0; j < n_result; j++) {
+                        const NvidiaDevice *d = find_device(s, res, result[j]);
+
+                        if (d)
+                                nodes[t++] = &unit_gpu(r, &s->table.units[d->unit])->info;
+                }
+                full = calloc(t * t + 1, sizeof(Score));
                 w = calloc(m * m + 1, sizeof(Score));
-                if (!w)
+                if (!full || !w || pair_matrix(nodes, t, full) < 0)
                         return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
                 for (size_t i = 0; i < m; i++) {
-                        const GpuInfo *a = &unit_gpu(r, cand[i].u)->info;
-
-                        for (size_t j = i + 1; j < m; j++)
-                                w[i * m + j] = w[j * m + i] = pair_score(a, &unit_gpu(r, cand[j].u)->info);
-                        for (size_t j = 0; j < n_result; j++) {
-                                const NvidiaDevice *d = find_device(s, res, result[j]);
-
-                                if (d) {
-                                        Score p = pair_score(a, &unit_gpu(r, &s->table.units[d->unit])->info);
-
-                                        score_add(&wm[i], &p);
-                                }
-                        }
+                        for (size_t j = 0; j < m; j++)
+                                w[i * m + j] = full[i * t + j];
+                        for (size_t j = m; j < t; j++)
+                                score_add(&wm[i], &full[i * t + j]);
                 }
                 mask = topo_choose(w, wm, m, MIN(need, m));
                 for (size_t i = 0; i < m; i++)
-                        if ((mask & (UINT64_C(1) << i)) && result_add(result, &n_result, cand[i].d->id) < 0)
-                                return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
+                        if (mask & (UINT64_C(1) << i))
+                                TAKE(cand[i].d);
         } else {
                 /* Replicas: distributed or packed over their units. */
-                size_t n_units = s->table.n_units;
-
-                in_use = calloc(n_units + 1, sizeof(uint32_t));
+                in_use = calloc(s->table.n_units + 1, sizeof(uint32_t));
                 next = calloc(n_cand + 1, sizeof(uint32_t));
                 end = calloc(n_cand + 1, sizeof(uint32_t));
                 if (!in_use || !next || !end)
                         return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
                 /* In use: every device of the resource, minus the available ones (not
-                 * must_include), plus the held ones still listed as available. */
+                 * must_include: those count, as upstream), plus the held ones still
+                 * listed as available. */
                 for (size_t i = 0; i < res->n; i++)
                         in_use[s->table.devices[res->start + i].unit]++;
                 for (size_t i = 0; i < n_cand; i++)
                         in_use[cand[i].d->unit]--;
                 for (char * const *i = available; i && *i; i++) {
                         const NvidiaDevice *d = find_device(s, res, *i);
-                        bool counted = false;
 
                         /* Unhealthy available ids are not in use either. */
-                        if (!d || d->healthy)
+                        if (!d || d->healthy || (mark[POS(d)] & (MARK_RESULT | MARK_COUNTED)))
                                 continue;
-                        for (size_t j = 0; j < n_result && !counted; j++)
-                                counted = streq(result[j], d->id);
-                        for (char * const *p = available; p < i && !counted; p++)
-                                counted = streq(*p, d->id);
-                        if (!counted && in_use[d->unit] > 0)
-                                in_use[d->unit]--;
+                        mark[POS(d)] |= MARK_COUNTED;
+                        in_use[d->unit]--;
                 }
-                for (char * const *i = held; i && *i; i++)
-                        for (size_t j = 0; j < n_cand; j++)
-                                if (streq(cand[j].d->id, *i)) {
-                                        in_use[cand[j].d->unit]++;
-                                        break;
-                                }
+                for (char * const *i = held; i && *i; i++) {
+                        const NvidiaDevice *d = find_device(s, res, *i);
+
+                        if (!d || (mark[POS(d)] & MARK_HELD) || !(mark[POS(d)] & (MARK_CAND | MARK_COUNTED)))
+                                continue;
+                        mark[POS(d)] |= MARK_HELD;
+                        in_use[d->unit]++;
+                }
                 /* The units in candidate order, each with its next unpicked candidate. */
                 for (size_t i = 0; i < n_cand; i++) {
                         if (i == 0 || cand[i - 1].d->unit != cand[i].d->unit)
@@ -1535,11 +1590,11 @@ int resources_nvidia_preferred_allocation(const Resources *r, const char *resour
                         size_t best = SIZE_MAX, c;
 
                         for (size_t j = 0; j < n_ulist; j++) {
-                                size_t i = next[j], u;
+                                size_t u;
 
-                                if (i >= end[j])
+                                if (next[j] >= end[j])
                                         continue;
-                                u = cand[i].d->unit;
+                                u = cand[next[j]].d->unit;
                                 if (best == SIZE_MAX) {
                                         best = j;
                                         continue;
@@ -1550,13 +1605,13 @@ int resources_nvidia_preferred_allocation(const Resources *r, const char *resour
                         }
                         if (best == SIZE_MAX)
                                 break;
-                        c = next[best];
-                        if (result_add(result, &n_result, cand[c].d->id) < 0)
-                                return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
+                        c = next[best]++;
+                        TAKE(cand[c].d);
                         in_use[cand[c].d->unit]++;
-                        next[best]++;
                 }
         }
+#undef TAKE
+#undef POS
 
         *ret = TAKE_PTR(result);
         return 0;
