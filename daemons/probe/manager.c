@@ -307,6 +307,11 @@ int manager_upsert_gpu(Manager *m, Gpu *g) {
         m->n_gpus++;
 
         log_gpu_found(g);
+        /* An MPS daemon adopted before the GPU was listed (mps.c). */
+        if (m->mps && mps_get_state(m->mps, g->id) != MPS_STATE_OFF &&
+            (free_and_strdup(&g->mps_state, mps_state_to_string(mps_get_state(m->mps, g->id))) < 0 ||
+             free_and_strdup(&g->mps_pipe_directory, mps_get_pipe_directory(m->mps, g->id)) < 0))
+                log_oom();
         r = probe_dbus_emit_gpu_added(m, g);
         if (r < 0)
                 log_debug_errno(r, "Failed to emit InterfacesAdded for %s, ignoring: %m", g->id);

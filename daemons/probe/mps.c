@@ -34,6 +34,7 @@ typedef enum OpKind {
         OP_DISABLE,
         OP_CHECK,
         OP_RESTART,
+        OP_ADOPT,
 } OpKind;
 
 typedef enum Step {
@@ -211,6 +212,12 @@ static Entry *mps_find(Mps *m, const char *uuid) {
         return NULL;
 }
 
+const char *mps_get_pipe_directory(Mps *m, const char *uuid) {
+        Entry *e = m ? mps_find(m, uuid) : NULL;
+
+        return e && e->state != MPS_STATE_OFF ? e->pipe_dir : "";
+}
+
 MpsState mps_get_state(Mps *m, const char *uuid) {
         Entry *e = m ? mps_find(m, uuid) : NULL;
 
@@ -348,6 +355,10 @@ static void entry_fail_op(Entry *e, int error, const char *message) {
 
         if (op && op->kind == OP_CHECK) {
                 entry_check_failed(e, error, message);
+                return;
+        }
+        if (op && op->kind == OP_ADOPT) {
+                entry_finish_op(e, 0, NULL);
                 return;
         }
         if (op)
@@ -550,6 +561,7 @@ static void entry_op_begin(Entry *e) {
                 entry_run_step(e, STEP_QUIT);
                 return;
         case OP_CHECK:
+        case OP_ADOPT:
                 entry_run_step(e, STEP_CHECK);
                 return;
         case OP_RESTART:
@@ -651,7 +663,15 @@ static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, v
                         /* A daemon serves this pipe directory. */
                         if (op->step == STEP_PROBE)
                                 entry_run_step(e, STEP_LIMITS);
-                        else
+                        else if (op->kind == OP_ADOPT) {
+                                /* Left by an earlier probe: ours again, limits unknown until
+                                 * the next SetMps sends them. */
+                                log_info("Adopted the running MPS control daemon of GPU %s.", e->uuid);
+                                e->pinned_mib = 0;
+                                e->pct = 0;
+                                entry_set_state(e, MPS_STATE_RUNNING, NULL);
+                                entry_finish_op(e, 0, NULL);
+                        } else
                                 entry_finish_op(e, 0, NULL);
                         break;
                 }
@@ -670,6 +690,11 @@ static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, v
                         goto fail;
                 }
                 op->started = true;
+                if (op->kind == OP_RESTART && op->pinned_mib == 0) {
+                        /* An adopted daemon whose limits were never sent: its defaults. */
+                        entry_enabled_ok(e);
+                        break;
+                }
                 entry_run_step(e, STEP_LIMITS);
                 break;
         case STEP_LIMITS:
@@ -697,6 +722,12 @@ static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, v
         return;
 
 fail_or_dead:
+        if (op->kind == OP_ADOPT) {
+                /* Nothing serves that directory: stays off (a disable removes it). */
+                log_debug("No MPS control daemon for the directory of GPU %s, not adopted: %s", e->uuid, strna(msg));
+                entry_finish_op(e, 0, NULL);
+                return;
+        }
         if (op->kind == OP_CHECK) {
                 entry_check_failed(e, r, msg);
                 return;
@@ -813,6 +844,7 @@ int mps_set_check_interval(Mps *m, uint64_t usec) {
 
 int mps_configure(Mps **mps, sd_event *event, const Config *c, MpsStateCallback state_cb, void *userdata) {
         _cleanup_free_ char *smi = NULL, *control = NULL;
+        bool adopt = false;
         int r;
 
         if (!*mps) {
@@ -823,6 +855,7 @@ int mps_configure(Mps **mps, sd_event *event, const Config *c, MpsStateCallback 
                 r = mps_new(event, dir, state_cb, userdata, mps);
                 if (r < 0)
                         return r;
+                adopt = true;
         }
         if (c->nvidia_enabled) {
                 /* Not found: SetMps fails with MpsFailed naming the missing tool. */
@@ -833,5 +866,52 @@ int mps_configure(Mps **mps, sd_event *event, const Config *c, MpsStateCallback 
         r = mps_set_tools(*mps, smi, control);
         if (r < 0)
                 return r;
+        if (adopt) {
+                r = mps_adopt(*mps);
+                if (r < 0)
+                        log_warning_errno(r, "Failed to look for MPS daemons of an earlier probe, ignoring: %m");
+        }
         return mps_set_check_interval(*mps, (uint64_t) c->nvidia_health_interval_ms * 1000U);
+}
+
+int mps_adopt(Mps *m) {
+        _cleanup_close_ int fd = -EBADF;
+        struct dirent *de;
+        DIR *d;
+        int n = 0, r = 0;
+
+        fd = open(m->directory, O_RDONLY|O_DIRECTORY|O_CLOEXEC|O_NOFOLLOW);
+        if (fd < 0)
+                return errno == ENOENT ? 0 : -errno;
+        d = fdopendir(fd);
+        if (!d)
+                return -errno;
+        TAKE_FD(fd);
+        while ((de = readdir(d))) {
+                Entry *e;
+                Op *op, **tail;
+
+                if (!nvidia_gpu_uuid_is_valid(de->d_name) || (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN))
+                        continue;
+                r = mps_get_entry(m, de->d_name, &e);
+                if (r < 0)
+                        break;
+                if (e->op || e->queue || e->state != MPS_STATE_OFF)
+                        continue;
+                op = calloc(1, sizeof(Op));
+                if (!op) {
+                        r = -ENOMEM;
+                        break;
+                }
+                op->kind = OP_ADOPT;
+                for (tail = &e->queue; *tail; tail = &(*tail)->next)
+                        ;
+                *tail = op;
+                e->n_queued++;
+                n++;
+        }
+        closedir(d);
+        if (n > 0)
+                mps_schedule_kick(m);
+        return r < 0 ? r : n;
 }

@@ -26,9 +26,11 @@
  * the directories are 0755 so any container uid can reach the socket; the daemon
  * creates its sockets with its own modes.
  * On probe exit the daemons are left running: pods using MPS keep their server while
- * the probe restarts; the broker calls SetMps again when the probe reappears and the
- * enable path above re-adopts the running daemon (get_server_list answers) and re-sends
- * its limits; a config without MPS for it disables it (directories present).
+ * the probe restarts. A new probe adopts them (mps_adopt(): each <mps dir>/<uuid> whose
+ * daemon answers get_server_list is "running" again, limits unknown); the broker calls
+ * SetMps again when the probe reappears: the enable path re-sends the limits to the
+ * adopted daemon, and a config without MPS for the GPU sees MpsState "running" and
+ * disables it (a disable also runs for an "off" GPU whose directories exist).
  *
  * Requests for one GPU run one at a time in arrival order (a queue of at most
  * MPS_QUEUE_MAX per GPU; a running health check is abandoned for a request).
@@ -108,5 +110,11 @@ int mps_set(Mps *m, const MpsRequest *req, MpsDoneCallback done, void *userdata)
 int mps_check_all(Mps *m);
 
 MpsState mps_get_state(Mps *m, const char *uuid);
+/* The pipe directory while not off, else "". */
+const char *mps_get_pipe_directory(Mps *m, const char *uuid);
+
+/* Queues a check of every <mps dir>/<uuid> directory of a GPU that is off here (done
+ * by mps_configure() when it creates the controller). Returns how many. */
+int mps_adopt(Mps *m);
 /* Tool runs and requests under way or queued, over all GPUs (tests run the loop until 0). */
 unsigned mps_pending(Mps *m);

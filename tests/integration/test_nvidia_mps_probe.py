@@ -20,6 +20,8 @@
 #  - health: a daemon that dies is restarted within one health interval with its limits;
 #    dying again turns MpsState "failed" and the GPU Unhealthy "mps-failed"; SetMps brings
 #    it back (running, Healthy);
+#  - probe restart: the daemon keeps running and the new probe adopts it (MpsState
+#    "running" with no SetMps, no second daemon);
 #  - disable: MpsState "" and MpsPipeDirectory "", compute mode Default, daemon quit,
 #    directories removed; the NVIDIA labels are in the feature file.
 # Needs root (other uids on the bus).
@@ -257,6 +259,23 @@ def check_health(node):
     print('SetMps after failed: running and Healthy again')
 
 
+def check_probe_restart(node):
+    n0 = len(node.nvidia_commands())
+    node.daemons['probe'].stop()
+    check(daemon(node).get('running') is True, 'the MPS daemon did not survive the probe: %r' % daemon(node))
+    node.start_probe()
+    node.wait_bus_name(harness.PROBE_BUS, 10, node.daemons['probe'])
+    # Adopted without any SetMps: running again on the Gpu1 object.
+    g = wait(lambda: (lambda x: x if x.get('MpsState') == 'running' else None)(gpu(node)),
+             'MpsState running after the probe restart')
+    check(g['MpsPipeDirectory'] == pipe_dir(node), 'MpsPipeDirectory %r' % g['MpsPipeDirectory'])
+    got = mps_commands(node, n0)
+    check(not any(' -d ' in c for c in got) and not any(' -c ' in c for c in got),
+          'a second daemon or a mode change after the restart: %r' % got)
+    check(daemon(node).get('pinned_mem_limit') == {'0': '2048M'}, 'limits lost %r' % daemon(node))
+    print('probe restart: the MPS daemon kept running and was adopted (MpsState running, no SetMps)')
+
+
 def check_disable(node):
     n0 = len(node.nvidia_commands())
     r = set_mps(node, False, 0, 0, user=harness.BROKER_USER)
@@ -310,6 +329,7 @@ def run(node):
     check_enable(node)
     check_errors(node)
     check_health(node)
+    check_probe_restart(node)
     check_disable(node)
     check_labels(node)
     check_mig_gpu()

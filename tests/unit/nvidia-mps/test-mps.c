@@ -308,6 +308,72 @@ START_TEST(test_readopt_after_restart) {
 }
 END_TEST
 
+START_TEST(test_adopt) {
+        _cleanup_free_ char *cmds = NULL, *want = NULL, *ctl = expect_line_ctl(""), *ctl_d = expect_line_ctl(" -d");
+        Mps *m = new_mps();
+
+        ck_assert_int_eq(mps_adopt(m), 0);      /* nothing there yet */
+        ck_assert_int_eq(set_and_wait(m, true, 2 * GIB, 50, NULL), 0);
+        m = mps_free(m);
+        free(take_commands());
+        memset(&states, 0, sizeof(states));
+
+        /* A new probe finds the daemon and holds it as running, without a SetMps. */
+        m = new_mps();
+        ck_assert_int_eq(mps_adopt(m), 1);
+        run_until_idle(m);
+        ck_assert_int_eq(mps_get_state(m, UUID), MPS_STATE_RUNNING);
+        ck_assert_str_eq(mps_get_pipe_directory(m, UUID), pipe_dir);
+        ck_assert_str_eq(states.seen, "running");
+        cmds = take_commands();
+        ck_assert_int_ge(asprintf(&want, "%s\nnvidia-cuda-mps-control < get_server_list", ctl), 0);
+        ck_assert_str_eq(cmds, want);
+        /* Adopting again changes nothing. */
+        ck_assert_int_eq(mps_adopt(m), 0);
+
+        /* Its limits are unknown: a restart starts it without sending any. */
+        kill_daemon();
+        ck_assert_int_eq(mps_check_all(m), 1);
+        run_until_idle(m);
+        free(cmds);
+        cmds = take_commands();
+        free(want);
+        ck_assert_int_ge(asprintf(&want, "%s\nnvidia-cuda-mps-control < get_server_list\n%s", ctl, ctl_d), 0);
+        ck_assert_str_eq(cmds, want);
+        ck_assert_int_eq(mps_get_state(m, UUID), MPS_STATE_RUNNING);
+
+        /* The broker's SetMps: only the limits. */
+        ck_assert_int_eq(set_and_wait(m, true, 2 * GIB, 50, NULL), 0);
+        free(cmds);
+        cmds = take_commands();
+        free(want);
+        ck_assert_int_ge(asprintf(&want,
+                                  "%s\n"
+                                  "nvidia-cuda-mps-control < set_default_device_pinned_mem_limit 0 2048M\n"
+                                  "nvidia-cuda-mps-control < set_default_active_thread_percentage 50", ctl), 0);
+        ck_assert_str_eq(cmds, want);
+        m = mps_free(m);
+
+        /* The daemon died while no probe ran: not adopted, stays off; a disable cleans up. */
+        kill_daemon();
+        free(take_commands());
+        memset(&states, 0, sizeof(states));
+        m = new_mps();
+        ck_assert_int_eq(mps_adopt(m), 1);
+        run_until_idle(m);
+        ck_assert_int_eq(mps_get_state(m, UUID), MPS_STATE_OFF);
+        ck_assert_str_eq(mps_get_pipe_directory(m, UUID), "");
+        ck_assert_str_eq(states.seen, "");
+        ck_assert_int_eq(set_and_wait(m, false, 0, 0, NULL), 0);
+        ck_assert_int_lt(access(pipe_dir, F_OK), 0);
+        m = mps_free(m);
+
+        m = new_mps();
+        ck_assert_int_eq(mps_adopt(m), 0);
+        mps_free(m);
+}
+END_TEST
+
 START_TEST(test_tool_missing) {
         _cleanup_(mps_freep) Mps *m = new_mps();
         _cleanup_free_ char *msg = NULL, *missing = NULL;
@@ -529,6 +595,7 @@ int main(void) {
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_enable_change_disable);
         tcase_add_test(tc, test_readopt_after_restart);
+        tcase_add_test(tc, test_adopt);
         tcase_add_test(tc, test_tool_missing);
         tcase_add_test(tc, test_mig_refused);
         tcase_add_test(tc, test_health_restart_then_failed);
