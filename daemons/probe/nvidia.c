@@ -57,6 +57,7 @@ struct NvidiaProbe {
         InventoryStep step;
         bool refresh_topology;
         bool again, again_refresh;
+        bool no_compute_cap;            /* the driver refused the compute_cap field (before R510) */
         NvidiaGpu *gpus;
         size_t n_gpus;
         NvidiaSmiError *lost;
@@ -644,8 +645,21 @@ static void on_inventory_run(NvidiaRun *run, int error, const NvidiaRunResult *r
         switch (p->step) {
         case STEP_QUERY:
                 if (r >= 0)
-                        r = nvidia_smi_parse_query_gpu_health(t, len, NVIDIA_INVENTORY_FIELDS, &p->gpus, &p->n_gpus,
+                        r = nvidia_smi_parse_query_gpu_health(t, len, p->no_compute_cap ? NVIDIA_SMI_QUERY_FIELDS :
+                                                              NVIDIA_INVENTORY_FIELDS, &p->gpus, &p->n_gpus,
                                                               &p->lost, &p->n_lost, &perr);
+                if (r < 0 && run_error >= 0 && !p->no_compute_cap && res && res->exit_status != 0 &&
+                    memmem(t, len, "\"compute_cap\"", 13)) {
+                        /* 'Field "compute_cap" is not a valid field to query.': an older
+                         * driver; ask without it (ComputeCapability stays ""). */
+                        log_info("nvidia-smi does not know the compute_cap field, reading without it.");
+                        p->no_compute_cap = true;
+                        p->gpus = mfree(p->gpus);
+                        p->lost = mfree(p->lost);
+                        p->n_gpus = p->n_lost = 0;
+                        next = STEP_QUERY;
+                        break;
+                }
                 if (r == -ENODEV) {
                         /* "No devices were found": a node without NVIDIA GPUs, no error. */
                         log_info("nvidia-smi found no NVIDIA GPUs.");
@@ -725,11 +739,14 @@ static void on_inventory_run(NvidiaRun *run, int error, const NvidiaRunResult *r
 static int inventory_start_step(NvidiaProbe *p, InventoryStep step) {
         static char *const argv_query[] = { (char *) "nvidia-smi", (char *) "--query-gpu=" NVIDIA_INVENTORY_FIELDS,
                                             (char *) "--format=csv,noheader,nounits", NULL };
+        static char *const argv_query_old[] = { (char *) "nvidia-smi", (char *) "--query-gpu=" NVIDIA_SMI_QUERY_FIELDS,
+                                                (char *) "--format=csv,noheader,nounits", NULL };
         static char *const argv_list[] = { (char *) "nvidia-smi", (char *) "-L", NULL };
         static char *const argv_q[] = { (char *) "nvidia-smi", (char *) "-q", NULL };
         static char *const argv_summary[] = { (char *) "nvidia-smi", NULL };
         static char *const argv_topo[] = { (char *) "nvidia-smi", (char *) "topo", (char *) "-m", NULL };
-        char * const *argv = step == STEP_QUERY ? argv_query : step == STEP_LIST ? argv_list :
+        char * const *argv = step == STEP_QUERY ? (p->no_compute_cap ? argv_query_old : argv_query) :
+                             step == STEP_LIST ? argv_list :
                              step == STEP_Q ? argv_q : step == STEP_SUMMARY ? argv_summary : argv_topo;
         NvidiaRunOptions opts = {};
         int r;

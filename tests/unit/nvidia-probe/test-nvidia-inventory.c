@@ -227,6 +227,49 @@ START_TEST(test_8xh100_nvlink) {
 }
 END_TEST
 
+static unsigned count_log(const char *needle) {
+        char path[4200], line[8192];
+        unsigned c = 0;
+        FILE *f;
+
+        (void) snprintf(path, sizeof(path), "%s/fake-nvidia.log", workdir);
+        f = fopen(path, "re");
+        if (!f)
+                return 0;
+        while (fgets(line, sizeof(line), f))
+                if (strstr(line, needle))
+                        c++;
+        fclose(f);
+        return c;
+}
+
+START_TEST(test_no_compute_cap) {
+        _cleanup_(manager_freep) Manager *m = NULL;
+        Gpu *g;
+        int w;
+
+        /* A driver that refuses the compute_cap field: asked again without it. */
+        m = start("gtx1660-no-compute-cap", true, 0, &w);
+        ck_assert_int_eq(w, 0);
+        ck_assert_uint_eq(m->n_gpus, 1);
+        g = m->gpus[0];
+        ck_assert_str_eq(g->id, "GPU-43b14c17-b685-e8ad-ab90-abc0d70fca06");
+        ck_assert_str_eq(g->product, "NVIDIA GeForce GTX 1660 SUPER");
+        ck_assert_uint_eq(g->memory_bytes, UINT64_C(6144) << 20);
+        ck_assert_uint_eq(g->device_id, 0x21c4);
+        ck_assert_str_eq(g->compute_capability, "");
+        ck_assert_str_eq(g->driver_version, "591.86");
+        ck_assert_str_eq(g->mig_mode, "");
+        ck_assert_uint_eq(count_log("compute_cap"), 1);
+        /* The next read does not try it again. */
+        ck_assert_int_eq(nvidia_probe_inventory(m->nvidia, true), 0);
+        ck_assert_int_eq(nvidia_probe_wait_initial(m->nvidia), 0);
+        ck_assert_uint_eq(m->n_gpus, 1);
+        ck_assert_uint_eq(count_log("compute_cap"), 1);
+        ck_assert_uint_eq(count_log("--query-gpu="), 3);
+}
+END_TEST
+
 START_TEST(test_no_devices) {
         _cleanup_(manager_freep) Manager *m = NULL;
         int w;
@@ -582,6 +625,7 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_h100_mig);
         tcase_add_test(tc, test_l40s);
         tcase_add_test(tc, test_8xh100_nvlink);
+        tcase_add_test(tc, test_no_compute_cap);
         tcase_add_test(tc, test_no_devices);
         tcase_add_test(tc, test_no_driver_fail_on_init);
         tcase_add_test(tc, test_no_driver_no_fail);
