@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +91,20 @@ struct Mps {
 };
 
 static void mps_arm_check(Mps *m);
+
+/* asprintf() that leaves NULL behind on failure (plain asprintf leaves it undefined). */
+static int asprintf_safe(char **p, const char *fmt, ...) _printf_(2, 3);
+static int asprintf_safe(char **p, const char *fmt, ...) {
+        va_list ap;
+        int k;
+
+        va_start(ap, fmt);
+        k = vasprintf(p, fmt, ap);
+        va_end(ap);
+        if (k < 0)
+                *p = NULL;
+        return k;
+}
 
 static const char *strna(const char *s) {
         return s ? s : "";
@@ -189,12 +204,12 @@ int mps_request_validate(const MpsRequest *req, char **ret_message) {
         if (!req || !nvidia_gpu_uuid_is_valid(req->uuid))
                 msg = strdup("Not an NVIDIA GPU UUID.");
         else if (req->enabled && req->mig_enabled)
-                (void) asprintf(&msg, "GPU %s has MIG enabled: MPS needs a GPU without MIG.", req->uuid);
+                (void) asprintf_safe(&msg, "GPU %s has MIG enabled: MPS needs a GPU without MIG.", req->uuid);
         else if (req->enabled && (req->active_thread_percentage < 1 || req->active_thread_percentage > 100))
-                (void) asprintf(&msg, "Active thread percentage %" PRIu32 " is not within 1..100.",
+                (void) asprintf_safe(&msg, "Active thread percentage %" PRIu32 " is not within 1..100.",
                                 req->active_thread_percentage);
         else if (req->enabled && req->pinned_memory_bytes < (UINT64_C(1) << 20))
-                (void) asprintf(&msg, "Pinned memory limit of %" PRIu64 " bytes is below 1 MiB.",
+                (void) asprintf_safe(&msg, "Pinned memory limit of %" PRIu64 " bytes is below 1 MiB.",
                                 req->pinned_memory_bytes);
         else
                 return 0;
@@ -246,12 +261,10 @@ static int mps_get_entry(Mps *m, const char *uuid, Entry **ret) {
                 return -ENOMEM;
         e->mps = m;
         if (!(e->uuid = strdup(uuid)) ||
-            asprintf(&e->base_dir, "%s/%s", m->directory, uuid) < 0 ||
-            asprintf(&e->pipe_dir, "%s/pipe", e->base_dir) < 0 ||
-            asprintf(&e->log_dir, "%s/log", e->base_dir) < 0) {
-                free(e->uuid);
-                free(e->base_dir);
-                free(e->pipe_dir);
+            asprintf_safe(&e->base_dir, "%s/%s", m->directory, uuid) < 0 ||
+            asprintf_safe(&e->pipe_dir, "%s/pipe", e->base_dir) < 0 ||
+            asprintf_safe(&e->log_dir, "%s/log", e->base_dir) < 0) {
+                entry_free(TAKE_PTR(e));
                 return -ENOMEM;
         }
         a = reallocarray(m->entries, m->n_entries + 1, sizeof(Entry *));
@@ -286,13 +299,13 @@ static char *tool_message(const char *what, const NvidiaRunResult *res, int erro
         size_t k = 0;
 
         if (error == -ETIME)
-                (void) asprintf(&raw, "%s timed out", what);
+                (void) asprintf_safe(&raw, "%s timed out", what);
         else if (res && res->signal > 0)
-                (void) asprintf(&raw, "%s killed by signal %d: %s %s", what, res->signal, res->out, res->err);
+                (void) asprintf_safe(&raw, "%s killed by signal %d: %s %s", what, res->signal, res->out, res->err);
         else if (res)
-                (void) asprintf(&raw, "%s (exit status %d): %s %s", what, res->exit_status, res->out, res->err);
+                (void) asprintf_safe(&raw, "%s (exit status %d): %s %s", what, res->exit_status, res->out, res->err);
         else
-                (void) asprintf(&raw, "%s failed: %s", what, strerror(-error));
+                (void) asprintf_safe(&raw, "%s failed: %s", what, strerror(-error));
         if (!raw)
                 return NULL;
         msg = malloc(MPS_MESSAGE_MAX + 1);
@@ -503,7 +516,7 @@ static void entry_run_step(Entry *e, Step step) {
                         stdin_text = strdup("get_server_list\n");
                         break;
                 case STEP_LIMITS:
-                        (void) asprintf(&stdin_text,
+                        (void) asprintf_safe(&stdin_text,
                                         "set_default_device_pinned_mem_limit 0 %" PRIu64 "M\n"
                                         "set_default_active_thread_percentage %" PRIu32 "\n",
                                         e->op->pinned_mib, e->op->pct);
@@ -529,9 +542,9 @@ static void entry_run_step(Entry *e, Step step) {
         }
         if (r < 0) {
                 if (!path)
-                        (void) asprintf(&msg, "%s: the tool was not found", step_name(step));
+                        (void) asprintf_safe(&msg, "%s: the tool was not found", step_name(step));
                 else
-                        (void) asprintf(&msg, "%s: cannot run %s: %s", step_name(step), path, strerror(-r));
+                        (void) asprintf_safe(&msg, "%s: cannot run %s: %s", step_name(step), path, strerror(-r));
                 entry_fail_op(e, r, msg ? msg : "Out of memory.");
         }
 }
@@ -635,7 +648,7 @@ static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, v
                         if (r < 0) {
                                 free(msg);
                                 msg = NULL;
-                                (void) asprintf(&msg, "Cannot remove %s: %s", e->base_dir, strerror(-r));
+                                (void) asprintf_safe(&msg, "Cannot remove %s: %s", e->base_dir, strerror(-r));
                                 goto fail;
                         }
                         entry_set_state(e, MPS_STATE_OFF, NULL);
@@ -647,7 +660,7 @@ static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, v
                 if (r < 0) {
                         free(msg);
                         msg = NULL;
-                        (void) asprintf(&msg, "Cannot create %s: %s", e->pipe_dir, strerror(-r));
+                        (void) asprintf_safe(&msg, "Cannot create %s: %s", e->pipe_dir, strerror(-r));
                         goto fail;
                 }
                 entry_run_step(e, STEP_PROBE);
@@ -850,7 +863,7 @@ int mps_configure(Mps **mps, sd_event *event, const Config *c, MpsStateCallback 
         if (!*mps) {
                 _cleanup_free_ char *dir = NULL;
 
-                if (asprintf(&dir, "%s/mps", isempty(c->runtime_directory) ? "/run/kgpu" : c->runtime_directory) < 0)
+                if (asprintf_safe(&dir, "%s/mps", isempty(c->runtime_directory) ? "/run/kgpu" : c->runtime_directory) < 0)
                         return -ENOMEM;
                 r = mps_new(event, dir, state_cb, userdata, mps);
                 if (r < 0)

@@ -162,7 +162,9 @@ static int method_set_mps(sd_bus_message *message, void *userdata, sd_bus_error 
                 return r;
         g = manager_find_gpu(m, id);
         if (!g || !streq(g->vendor, "nvidia") || g->index < 0)
-                return sd_bus_error_setf(error, KGPU_ERROR_UNKNOWN_DEVICE, "No NVIDIA GPU '%.128s'.", id);
+                /* Echoed only whole: a cut could split a UTF-8 sequence. */
+                return sd_bus_error_setf(error, KGPU_ERROR_UNKNOWN_DEVICE, "No NVIDIA GPU '%s'.",
+                                         strlen(id) <= 128 ? id : "(too long)");
         if (!m->mps)
                 return sd_bus_error_setf(error, KGPU_ERROR_MPS_FAILED, "MPS control is not available.");
         req = (MpsRequest) {

@@ -220,6 +220,10 @@ def check_enable(node):
 def check_errors(node):
     expect_error(set_mps(node, True, GIB, 50, gpu='GPU-ffffffff-ffff-ffff-ffff-ffffffffffff'),
                  'io.kgpu.Error.UnknownDevice', 'unknown GPU')
+    expect_error(set_mps(node, True, GIB, 50, gpu='\u00e9' * 200), 'io.kgpu.Error.UnknownDevice', 'long id')
+    expect_error(set_mps(node, True, GIB, 50, gpu='0000:03:00.0'), 'io.kgpu.Error.UnknownDevice', 'an Intel GPU')
+    expect_error(call(node.bus_address, 'SetMps', 'sb', [L40S, True]), 'org.freedesktop.DBus.Error.InvalidArgs',
+                 'wrong signature')
     expect_error(set_mps(node, True, GIB, 0), 'io.kgpu.Error.InvalidArgs', 'percentage 0', '1..100')
     expect_error(set_mps(node, True, GIB, 101), 'io.kgpu.Error.InvalidArgs', 'percentage 101', '1..100')
     expect_error(set_mps(node, True, 1000, 50), 'io.kgpu.Error.InvalidArgs', 'memory < 1 MiB', '1 MiB')
