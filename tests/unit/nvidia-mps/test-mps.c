@@ -374,6 +374,54 @@ START_TEST(test_adopt) {
 }
 END_TEST
 
+static Done *tick_watch;
+
+static int on_tick(sd_event_source *s, uint64_t usec, void *userdata) {
+        int *fired = userdata;
+
+        /* 1: the tick came while the tools still ran (the request not done yet). */
+        *fired = tick_watch->calls == 0 ? 1 : -1;
+        return 0;
+}
+
+START_TEST(test_never_blocks_and_timeout) {
+        _cleanup_(mps_freep) Mps *m = new_mps();
+        _cleanup_(sd_event_source_unrefp) sd_event_source *tick = NULL;
+        MpsRequest req = { .uuid = UUID, .enabled = true, .pinned_memory_bytes = GIB, .active_thread_percentage = 50 };
+        Done d = {};
+        int fired = 0;
+        uint64_t t0;
+
+        /* Each tool answers after 0.3 s: the loop keeps running meanwhile. */
+        setenv("KGPU_FAKE_NVIDIA_DELAY", "0.3", 1);
+        t0 = now_usec(CLOCK_MONOTONIC);
+        ck_assert_int_eq(mps_set(m, &req, on_done, &d), 0);
+        ck_assert_uint_lt(now_usec(CLOCK_MONOTONIC) - t0, 100 * 1000);
+        tick_watch = &d;
+        ck_assert_int_ge(sd_event_add_time_relative(event, &tick, CLOCK_MONOTONIC, 50 * 1000, 0, on_tick, &fired), 0);
+        run_until_idle(m);
+        ck_assert_int_eq(d.calls, 1);
+        ck_assert_int_eq(d.error, 0);
+        ck_assert_int_eq(fired, 1);
+        free(d.message);
+
+        /* A tool past the timeout: MpsFailed-style error naming the timeout, state failed. */
+        setenv("KGPU_FAKE_NVIDIA_DELAY", "2", 1);
+        mps_set_timeout(m, 200 * 1000);
+        req.pinned_memory_bytes = 2 * GIB;
+        d = (Done) {};
+        t0 = now_usec(CLOCK_MONOTONIC);
+        ck_assert_int_eq(mps_set(m, &req, on_done, &d), 0);
+        run_until_idle(m);
+        ck_assert_uint_lt(now_usec(CLOCK_MONOTONIC) - t0, 1500 * 1000);
+        ck_assert_int_eq(d.error, -ETIME);
+        ck_assert_msg(strstr(d.message, "timed out"), "message: %s", d.message);
+        ck_assert_int_eq(mps_get_state(m, UUID), MPS_STATE_FAILED);
+        free(d.message);
+        unsetenv("KGPU_FAKE_NVIDIA_DELAY");
+}
+END_TEST
+
 START_TEST(test_tool_missing) {
         _cleanup_(mps_freep) Mps *m = new_mps();
         _cleanup_free_ char *msg = NULL, *missing = NULL;
@@ -596,6 +644,7 @@ int main(void) {
         tcase_add_test(tc, test_enable_change_disable);
         tcase_add_test(tc, test_readopt_after_restart);
         tcase_add_test(tc, test_adopt);
+        tcase_add_test(tc, test_never_blocks_and_timeout);
         tcase_add_test(tc, test_tool_missing);
         tcase_add_test(tc, test_mig_refused);
         tcase_add_test(tc, test_health_restart_then_failed);
