@@ -283,6 +283,33 @@ static int build_links(Gpu *g, size_t self, const NvidiaGpu *gpus, size_t n_gpus
         return gpu_set_links(g, l, n);
 }
 
+/* D-Bus strings must be UTF-8 (sd-bus refuses others, and one bad property would fail
+ * GetManagedObjects as a whole): bytes of invalid sequences become '?'. */
+static void utf8_sanitize(char *s) {
+        unsigned char *p = (unsigned char *) s;
+
+        while (*p) {
+                size_t n = *p < 0x80 ? 1 : (*p & 0xe0) == 0xc0 ? 2 : (*p & 0xf0) == 0xe0 ? 3 :
+                           (*p & 0xf8) == 0xf0 ? 4 : 0;
+                uint32_t cp = n == 2 ? (*p & 0x1fU) : n == 3 ? (*p & 0x0fU) : (*p & 0x07U);
+                bool ok = n > 0;
+
+                for (size_t k = 1; ok && k < n; k++) {
+                        ok = (p[k] & 0xc0) == 0x80;
+                        cp = (cp << 6) | (p[k] & 0x3fU);
+                }
+                /* No overlong forms, surrogates or code points past U+10FFFF. */
+                if (ok && n > 1)
+                        ok = !((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
+                               (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff);
+                if (!ok) {
+                        *p++ = '?';
+                        continue;
+                }
+                p += n;
+        }
+}
+
 static void gpus_free(Gpu **l, size_t n) {
         for (size_t i = 0; i < n; i++)
                 gpu_free(l[i]);
@@ -352,6 +379,7 @@ int nvidia_build_gpus(const NvidiaGpu *gpus, size_t n_gpus,
                     (r = free_and_strdup(&g->driver_version, driver_version)) < 0 ||
                     (r = free_and_strdup(&g->cuda_version, versions ? versions->cuda : "")) < 0)
                         break;
+                utf8_sanitize(g->product);
                 r = build_mig_devices(g, row, minor, migs, n_migs, q_migs, n_q_migs, mig_minors);
                 if (r < 0)
                         break;
@@ -593,8 +621,21 @@ static const char *result_text(const NvidiaRunResult *res, size_t *ret_len) {
 
 /* One line describing a failed run: the runner's error, the tool's own error line, or
  * the parser's explanation. */
+static void describe_failure_raw(int run_error, int parse_r, const NvidiaRunResult *res, const char *parse_error,
+                                 char *buf, size_t size);
+
+/* The message ends up in HealthReason and in error replies: printable UTF-8 only. */
 static void describe_failure(int run_error, int parse_r, const NvidiaRunResult *res, const char *parse_error,
                              char *buf, size_t size) {
+        describe_failure_raw(run_error, parse_r, res, parse_error, buf, size);
+        for (char *c = buf; *c; c++)
+                if ((unsigned char) *c < 0x20 || *c == 0x7f)
+                        *c = ' ';
+        utf8_sanitize(buf);
+}
+
+static void describe_failure_raw(int run_error, int parse_r, const NvidiaRunResult *res, const char *parse_error,
+                                 char *buf, size_t size) {
         NvidiaSmiError e = {};
         size_t len;
         const char *t;

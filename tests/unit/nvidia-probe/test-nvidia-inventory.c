@@ -361,6 +361,56 @@ START_TEST(test_switched_off) {
 }
 END_TEST
 
+static bool printable_ascii(const char *s) {
+        for (; *s; s++)
+                if ((unsigned char) *s < 0x20 || (unsigned char) *s >= 0x7f)
+                        return false;
+        return true;
+}
+
+START_TEST(test_hostile_output) {
+        _cleanup_(manager_freep) Manager *m = NULL;
+        char script[4200];
+        const char *msg = NULL;
+        Config c = {};
+        const char *key = NULL;
+        uint64_t n;
+        int w;
+        FILE *f;
+
+        /* An nvidia-smi printing bytes that are not UTF-8 and escapes: whatever ends up
+         * in HealthReason or an error reply must stay a valid D-Bus string. */
+        m = start("l40s", false, 100, &w);
+        ck_assert_int_eq(w, 0);
+        ck_assert_uint_eq(m->n_gpus, 1);
+        (void) snprintf(script, sizeof(script), "%s/hostile-smi", workdir);
+        f = fopen(script, "we");
+        ck_assert_ptr_nonnull(f);
+        fputs("#!/bin/sh\nprintf 'Failed to initialize NVML: \\377\\376\\033[31m\\300\\257 x\\n'\nexit 0\n", f);
+        ck_assert_int_eq(fclose(f), 0);
+        ck_assert_int_eq(chmod(script, 0755), 0);
+
+        c.nvidia_enabled = true;
+        c.nvidia_smi_path = script;
+        c.nvidia_fail_on_init_error = false;
+        c.nvidia_health_interval_ms = 100;
+        c.nvidia_health_recover_polls = 1;
+        ck_assert_int_eq(manager_configure(m, &c, &key), 0);
+        n = nvidia_probe_n_polls(m->nvidia);
+        run_until_polls(m, n + 1);
+        ck_assert_str_eq(m->gpus[0]->health, "Unhealthy");
+        ck_assert_ptr_nonnull(startswith(m->gpus[0]->health_reason, "nvidia-smi-failed: "));
+        ck_assert_msg(printable_ascii(m->gpus[0]->health_reason), "reason '%s'", m->gpus[0]->health_reason);
+
+        ck_assert_int_eq(nvidia_probe_inventory(m->nvidia, true), 0);
+        ck_assert_int_eq(nvidia_probe_wait_initial(m->nvidia), 0);
+        ck_assert_int_lt(nvidia_probe_last_error(m->nvidia, &msg), 0);
+        ck_assert_msg(printable_ascii(msg), "message '%s'", msg);
+        ck_assert_ptr_nonnull(strstr(msg, "NVML"));
+        ck_assert_uint_eq(m->n_gpus, 1);        /* a failed read removes nothing */
+}
+END_TEST
+
 static Gpu *gpu_by_index(Manager *m, int index) {
         for (size_t i = 0; i < m->n_gpus; i++)
                 if (m->gpus[i]->index == index)
@@ -631,6 +681,7 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_no_driver_no_fail);
         tcase_add_test(tc, test_no_tool);
         tcase_add_test(tc, test_switched_off);
+        tcase_add_test(tc, test_hostile_output);
         tcase_add_test(tc, test_health_lost_and_recovery);
         tcase_add_test(tc, test_health_timeout);
         tcase_add_test(tc, test_rescan_mig_layout_change);

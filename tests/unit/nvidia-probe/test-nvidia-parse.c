@@ -169,6 +169,14 @@ START_TEST(test_build_minor_not_index) {
         gpu_free(l[0]);
         free(l);
 
+        /* A name that is not UTF-8 (sd-bus would refuse it): bad bytes become '?'. */
+        strcpy(row.name, "\xff\xfeTesla \xc3\xa9 \xc0\xaf \xed\xa0\x80 \xe2\x82");
+        ck_assert_int_eq(nvidia_build_gpus(&row, 1, NULL, 0, NULL, 0, &q, 1, NULL, &v, NULL, &l, &n), 0);
+        ck_assert_uint_eq(n, 1);
+        ck_assert_str_eq(l[0]->product, "??Tesla \xc3\xa9 ?? ??? ??");
+        gpu_free(l[0]);
+        free(l);
+
         /* A row without a valid UUID is skipped, not exported under a bad id. */
         strcpy(row.uuid, "");
         ck_assert_int_eq(nvidia_build_gpus(&row, 1, NULL, 0, NULL, 0, &q, 1, NULL, &v, NULL, &l, &n), 0);
