@@ -422,6 +422,38 @@ START_TEST(test_never_blocks_and_timeout) {
 }
 END_TEST
 
+START_TEST(test_check_timer) {
+        _cleanup_(mps_freep) Mps *m = new_mps();
+        _cleanup_free_ char *cmds = NULL;
+        uint64_t end;
+
+        /* No daemon runs: no timer, no wakeup at all. */
+        ck_assert_int_eq(mps_set_check_interval(m, 50 * 1000), 0);
+        ck_assert_int_eq(sd_event_run(event, 200 * 1000), 0);
+
+        /* Running: checked every interval by the controller's own timer. */
+        ck_assert_int_eq(set_and_wait(m, true, GIB, 50, NULL), 0);
+        free(take_commands());
+        end = now_usec(CLOCK_MONOTONIC) + 10ULL * 1000 * 1000;
+        for (;;) {
+                ck_assert_int_ge(sd_event_run(event, 50 * 1000), 0);
+                free(cmds);
+                cmds = slurp(log_path);
+                if (strstr(cmds, "get_server_list") && mps_pending(m) == 0)
+                        break;
+                ck_assert_uint_lt(now_usec(CLOCK_MONOTONIC), end);
+        }
+
+        /* Off again: the timer stops. */
+        ck_assert_int_eq(set_and_wait(m, false, 0, 0, NULL), 0);
+        free(take_commands());
+        ck_assert_int_eq(sd_event_run(event, 200 * 1000), 0);
+        free(cmds);
+        cmds = take_commands();
+        ck_assert_str_eq(cmds, "");
+}
+END_TEST
+
 START_TEST(test_tool_missing) {
         _cleanup_(mps_freep) Mps *m = new_mps();
         _cleanup_free_ char *msg = NULL, *missing = NULL;
@@ -645,6 +677,7 @@ int main(void) {
         tcase_add_test(tc, test_readopt_after_restart);
         tcase_add_test(tc, test_adopt);
         tcase_add_test(tc, test_never_blocks_and_timeout);
+        tcase_add_test(tc, test_check_timer);
         tcase_add_test(tc, test_tool_missing);
         tcase_add_test(tc, test_mig_refused);
         tcase_add_test(tc, test_health_restart_then_failed);
