@@ -690,7 +690,12 @@ static int device_sort_cmp(const void *a, const void *b) {
 
         if (x->resource != y->resource)
                 return x->resource < y->resource ? -1 : 1;
-        return id_key_cmp(&x->key, &y->key);
+        int c = id_key_cmp(&x->key, &y->key);
+
+        /* Equal ids (two GPUs claiming one UUID): the first GPU's first; the other is dropped. */
+        if (c == 0 && x->unit != y->unit)
+                return x->unit < y->unit ? -1 : 1;
+        return c;
 }
 
 static int name_cmp(const void *a, const void *b) {
@@ -749,6 +754,21 @@ static int table_build(const Resources *r, const NvidiaState *s, NvidiaTable *re
                 b.t.devices[i].resource = remap[b.t.devices[i].resource];
         if (b.t.n_devices > 0)
                 qsort(b.t.devices, b.t.n_devices, sizeof(NvidiaDevice), device_sort_cmp);
+        /* Ids are unique per resource: a repeated UUID is served once. */
+        size_t kept = 0;
+        for (size_t i = 0; i < b.t.n_devices; i++) {
+                NvidiaDevice *d = &b.t.devices[i];
+
+                if (kept > 0 && b.t.devices[kept - 1].resource == d->resource &&
+                    id_key_cmp(&b.t.devices[kept - 1].key, &d->key) == 0) {
+                        problem(&b, "device id %s is claimed twice in %s: served once", d->id,
+                                b.t.resources[d->resource].name);
+                        free(d->id);
+                        continue;
+                }
+                b.t.devices[kept++] = *d;
+        }
+        b.t.n_devices = kept;
         for (size_t i = 0; i < b.t.n_devices; i++) {
                 NvidiaResource *res = &b.t.resources[b.t.devices[i].resource];
 
