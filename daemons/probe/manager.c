@@ -255,6 +255,13 @@ int manager_remove_gpu(Manager *m, const char *id) {
 }
 
 static void log_gpu_found(const Gpu *g) {
+        if (streq(g->vendor, "nvidia")) {
+                log_struct(LOG_INFO, KGPU_MESSAGE_GPU_ADDED,
+                           "Found NVIDIA GPU %s (index %d, %s, %s, %" PRIu64 " bytes, MIG %s, %zu MIG devices, "
+                           "NUMA node %d).", g->id, g->index, g->product, g->pci_address, g->memory_bytes,
+                           isempty(g->mig_mode) ? "not capable" : g->mig_mode, g->n_mig_devices, g->numa_node);
+                return;
+        }
         log_struct(LOG_INFO, KGPU_MESSAGE_GPU_ADDED,
                    "Found GPU %s (%s, 0x%04x:0x%04x, %s%s%s, %u tiles, %" PRIu64 " bytes, NUMA node %d).",
                    g->id, g->driver, g->vendor_id, g->device_id, g->card_node,
