@@ -8,8 +8,8 @@
  * tests/data/nvidia/topo-m-8xH100-1.txt (NV18 between all pairs, NUMA 0/1) for sizes
  * 1..8 with and without must_include; 8 GPUs without NVLink (topo-m-8xRTX4090-1.txt:
  * SYS, NUMA 0/1); 64 whole GPUs (greedy path); 1024 shared ids (8 GPUs x 128 replicas,
- * distributed and packed; 64 GPUs x 16); the rebuild after one GPU update with 64 x
- * 1024 ids. Every answer is checked (size, NVLink-connected set on the 8x H100 box);
+ * distributed and packed; 64 GPUs x 16); one GPU update with 64 x 1024 ids (health
+ * change: in place; layout change: rebuild). Every answer is checked (size, NVLink-connected set on the 8x H100 box);
  * exit status 1 if one is wrong. --quick: fewer iterations (for the test suite).
  */
 
@@ -209,8 +209,9 @@ int main(int argc, char *argv[]) {
                 strv_free(all);
                 resources_free(r);
         }
-        {
-                /* The rebuild each GPU update costs at the bound: 64 GPUs x 1024 replicas. */
+        for (int layout = 0; layout < 2; layout++) {
+                /* What one GPU update costs at the bound, 64 GPUs x 1024 replicas: a health
+                 * change (devices updated in place) or a layout change (full rebuild). */
                 ConfigSharedResource ts = { .name = "nvidia.com/gpu", .replicas = 1024 };
                 Resources *r = make(64, "NV", 4, &ts, REPLICA_POLICY_DISTRIBUTED);
                 size_t n = quick ? 3 : 30;
@@ -224,14 +225,18 @@ int main(int argc, char *argv[]) {
 
                         if (gpu_info_copy(&resources_get_gpu(r, "/gpu/3")->info, &g) < 0)
                                 abort();
-                        g.healthy = i % 2;
+                        if (layout)
+                                g.memory_bytes += (i % 2 ? 1 : -1) * (1ULL << 20);
+                        else
+                                g.healthy = i % 2;
                         a = now_ns();
                         if (resources_update_gpu(r, "/gpu/3", &g, NULL) < 0)
                                 abort();
                         t[i] = now_ns() - a;
                         gpu_info_done(&g);
                 }
-                report("rebuild after one GPU update, 64 x 1024 ids", t, n);
+                report(layout ? "one GPU update, layout change (rebuild), 64 x 1024 ids" :
+                                "one GPU update, health change (in place), 64 x 1024 ids", t, n);
                 free(t);
                 resources_free(r);
         }

@@ -117,6 +117,8 @@ struct NvidiaState {
 
         NvidiaTable table;
         char **ever;            /* every NVIDIA resource name advertised so far */
+        char **shapes;          /* per Resources.gpus entry, what the table was built from
+                                 * (gpu_shape()); NULL: rebuild on the next refresh */
 };
 
 /* ---- state ---- */
@@ -158,6 +160,7 @@ NvidiaState *nvidia_state_free(NvidiaState *s) {
         shares_free(s->shares, s->n_shares);
         table_done(&s->table);
         strv_free(s->ever);
+        strv_free(s->shapes);
         return mfree(s);
 }
 
@@ -257,6 +260,7 @@ int resources_set_nvidia_options(Resources *r, const Config *c) {
         shares_free(s->shares, s->n_shares);
         s->shares = shares;
         s->n_shares = n_shares;
+        s->shapes = strv_free(s->shapes);
 
         return resources_refresh_nvidia(r, NULL);
 }
@@ -439,6 +443,10 @@ static int id_key_cmp(const IdKey *a, const IdKey *b) {
         return a->num < b->num ? -1 : 1;
 }
 
+static bool device_healthy(const GpuInfo *g, NvidiaSharing sharing) {
+        return g->healthy && (sharing != SHARING_MPS || streq(g->mps_state, "running"));
+}
+
 static int device_add(Builder *b, const char *resource, size_t unit, const char *id, uint32_t replica,
                       NvidiaSharing sharing, uint64_t memory, uint32_t percentage) {
         const GpuInfo *g = &b->r->gpus[b->t.units[unit].gpu].info;
@@ -448,7 +456,7 @@ static int device_add(Builder *b, const char *resource, size_t unit, const char 
                 .sharing = sharing,
                 .mps_memory_bytes = memory,
                 .mps_percentage = percentage,
-                .healthy = g->healthy && (sharing != SHARING_MPS || streq(g->mps_state, "running")),
+                .healthy = device_healthy(g, sharing),
                 .numa_node = g->numa_node,
         };
         int k;
@@ -818,13 +826,72 @@ static bool same_devices(const NvidiaTable *a, const NvidiaTable *b, const char 
         return true;
 }
 
+/* Everything of a GPU record the table's ids and resources depend on (health, NUMA
+ * node and MPS state only change device fields; links and nodes are read at use). */
+static char *gpu_shape(const GpuInfo *g) {
+        _cleanup_free_ char *mig = NULL;
+        char *shape = NULL;
+
+        if (!is_nvidia_gpu(g))
+                return strdup("-");
+        for (size_t i = 0; i < g->n_mig_devices; i++) {
+                char *n = NULL;
+
+                if (asprintf(&n, "%s\x1e%" PRIu32 "\x1f%s\x1f%s", mig ?: "", g->mig_devices[i].index,
+                             g->mig_devices[i].uuid ?: "", g->mig_devices[i].profile ?: "") < 0)
+                        return NULL;
+                free(mig);
+                mig = n;
+        }
+        if (asprintf(&shape, "%s\x1f%s\x1f%" PRIi32 "\x1f%" PRIu64 "\x1f%s\x1f%s", g->id, g->uuid ?: "", g->index,
+                     g->memory_bytes, g->mig_mode ?: "", mig ?: "") < 0)
+                return NULL;
+        return shape;
+}
+
 int nvidia_refresh(Resources *r, char ***ret_advertised, char ***ret_changed) {
+        _cleanup_strv_free_ char **shapes = NULL;
         NvidiaState *s = r->nvidia;
         NvidiaTable t = {};
         int k;
 
         if (!s)
                 return 0;
+        shapes = calloc(r->n_gpus + 1, sizeof(char *));
+        if (!shapes)
+                return -ENOMEM;
+        for (size_t i = 0; i < r->n_gpus; i++)
+                if (!(shapes[i] = gpu_shape(&r->gpus[i].info)))
+                        return -ENOMEM;
+
+        if (s->shapes && strv_equal(s->shapes, shapes)) {
+                /* Same GPUs, same layout: only health and NUMA nodes may have changed;
+                 * update the devices in place (no rebuild: 64 x 1024 ids stay cheap). */
+                for (size_t i = 0; i < s->table.n_devices; i++) {
+                        NvidiaDevice *d = &s->table.devices[i];
+                        const GpuInfo *g = &r->gpus[s->table.units[d->unit].gpu].info;
+                        bool healthy = device_healthy(g, d->sharing);
+                        const char *name = s->table.resources[d->resource].name;
+
+                        if (healthy == d->healthy && g->numa_node == d->numa_node)
+                                continue;
+                        d->healthy = healthy;
+                        d->numa_node = g->numa_node;
+                        if (ret_changed && !strv_contains(*ret_changed, name)) {
+                                k = strv_extend(ret_changed, name);
+                                if (k < 0)
+                                        return k;
+                        }
+                }
+                for (size_t i = 0; ret_advertised && i < s->table.n_resources; i++)
+                        if (!strv_contains(*ret_advertised, s->table.resources[i].name)) {
+                                k = strv_extend(ret_advertised, s->table.resources[i].name);
+                                if (k < 0)
+                                        return k;
+                        }
+                return 0;
+        }
+
         k = table_build(r, s, &t);
         if (k < 0)
                 return k;
@@ -850,9 +917,12 @@ int nvidia_refresh(Resources *r, char ***ret_advertised, char ***ret_changed) {
 
         table_done(&s->table);
         s->table = t;
+        strv_free(s->shapes);
+        s->shapes = TAKE_PTR(shapes);
         return 0;
 fail:
         table_done(&t);
+        s->shapes = strv_free(s->shapes);
         return k;
 }
 

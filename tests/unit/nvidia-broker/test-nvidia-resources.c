@@ -960,6 +960,40 @@ static const char *pick(const char * const *l, size_t n) {
         return l[rnd((uint32_t) n)];
 }
 
+static Resources *random_build(const Config *c, const GpuInfo *g, size_t n, bool remove) {
+        Resources *r = NULL;
+
+        ck_assert_int_eq(resources_new(true, &r), 0);
+        ck_assert_int_eq(resources_set_nvidia_options(r, c), 0);
+        for (size_t i = 0; i < n; i++) {
+                char path[32];
+
+                snprintf(path, sizeof(path), "/gpu/%zu", i);
+                (void) resources_update_gpu(r, path, &g[i], NULL);      /* -EEXIST for a repeated id */
+        }
+        if (remove)
+                ck_assert_int_ge(resources_remove_gpu(r, "/gpu/0", NULL), 0);
+        return r;
+}
+
+/* Same resources, same devices (id, health, NUMA node). */
+static void assert_same_resources(const Resources *a, const Resources *b) {
+        ck_assert(strv_equal(a->seen, b->seen));
+        for (char **res = a->seen; res && *res; res++) {
+                _cleanup_free_ Device *x = NULL, *y = NULL;
+                size_t nx, ny;
+
+                ck_assert_int_eq(resources_get_devices(a, *res, &x, &nx), 0);
+                ck_assert_int_eq(resources_get_devices(b, *res, &y, &ny), 0);
+                ck_assert_uint_eq(nx, ny);
+                for (size_t i = 0; i < nx; i++) {
+                        ck_assert_str_eq(x[i].id, y[i].id);
+                        ck_assert_int_eq(x[i].healthy, y[i].healthy);
+                        ck_assert_int_eq(x[i].numa_node, y[i].numa_node);
+                }
+        }
+}
+
 START_TEST(test_random_layouts) {
         static const char * const uuids[] = { H100_UUID, H100B_UUID, L40S_UUID, "GPU-x", "", "GPU-with space" };
         static const char * const mig_uuids[] = { H100_MIG0, H100_MIG1, H100_MIG2, "MIG-y", "", H100_UUID };
@@ -1030,16 +1064,9 @@ START_TEST(test_random_layouts) {
                         g[i].links = links[i];
                 }
 
-                ck_assert_int_eq(resources_new(true, &r), 0);
-                ck_assert_int_eq(resources_set_nvidia_options(r, &c), 0);
-                for (size_t i = 0; i < n_gpus; i++) {
-                        char path[32];
+                bool remove = rnd(3) == 0;
 
-                        snprintf(path, sizeof(path), "/gpu/%zu", i);
-                        (void) resources_update_gpu(r, path, &g[i], NULL);      /* -EEXIST for a repeated id */
-                }
-                if (rnd(3) == 0)
-                        ck_assert_int_ge(resources_remove_gpu(r, "/gpu/0", NULL), 0);
+                r = random_build(&c, g, n_gpus, remove);
 
                 for (char **res = r->seen; res && *res; res++) {
                         _cleanup_free_ Device *d = NULL;
@@ -1089,6 +1116,31 @@ START_TEST(test_random_layouts) {
                                         ck_assert_str_ne(q[i].gpu_id, q[j].gpu_id);
                         }
                         nvidia_mps_requests_free(q, n);
+                }
+                /* Health, NUMA or MPS state changes (updated in place) give what a
+                 * rebuild from scratch gives. */
+                {
+                        _cleanup_(resources_freep) Resources *fresh = NULL;
+                        size_t i = remove ? 1 + rnd((uint32_t) n_gpus) : rnd((uint32_t) n_gpus);
+                        char path[32];
+
+                        if (i < n_gpus) {
+                                g[i].healthy = !g[i].healthy;
+                                g[i].numa_node = (int32_t) rnd(3) - 1;
+                                g[i].mps_state = (char *) pick(mps_states, ELEMENTSOF(mps_states));
+                                snprintf(path, sizeof(path), "/gpu/%zu", i);
+                                (void) resources_update_gpu(r, path, &g[i], NULL);
+                        }
+                        fresh = random_build(&c, g, n_gpus, remove);
+                        /* The same update again: a GPU refused for a repeated id before the
+                         * removal is accepted now, in both. */
+                        if (i < n_gpus)
+                                (void) resources_update_gpu(fresh, path, &g[i], NULL);
+                        /* Names advertised before the change stay known in r only. */
+                        for (char **res = fresh->seen; res && *res; res++)
+                                ck_assert(strv_contains(r->seen, *res));
+                        if (strv_equal(r->seen, fresh->seen))
+                                assert_same_resources(r, fresh);
                 }
         }
         /* The layouts reached every kind of device. */
