@@ -258,7 +258,25 @@ def check_fail_on_init_false():
             g = nvidia_gpus(node)['GPU-00000000-0000-0000-0000-000000000000']
             check(g['Health'] == 'Unhealthy' and g['HealthReason'].startswith('nvidia-smi-failed: '),
                   'health %r %r' % (g['Health'], g['HealthReason']))
-        print('failOnInitError=false: no NVIDIA GPU, then found by Rescan')
+            # Driver back, but no GPU any more: the object leaves (InterfacesRemoved), the
+            # NVIDIA CDI spec goes, the Intel GPUs stay.
+            mon = subprocess.Popen(['busctl', '--address=' + node.bus_address, 'monitor', '--json=short',
+                                    '--match=type=signal,interface=org.freedesktop.DBus.ObjectManager,'
+                                    'member=InterfacesRemoved'],
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            try:
+                time.sleep(0.5)
+                retarget(farm, 'no-devices')
+                node.busctl('call', harness.PROBE_BUS, '/io/kgpu/Probe1', 'io.kgpu.Probe1', 'Rescan', json_out=False)
+                check(nvidia_gpus(node) == {}, 'NVIDIA GPUs left %r' % list(nvidia_gpus(node)))
+                check(sorted(probe_gpus(node)) == [harness.GPU_I915, harness.GPU_XE], 'Intel GPUs kept')
+                wait(lambda: cdi_names(node) is None, 'kgpu-nvidia.yaml removed')
+                time.sleep(0.3)
+            finally:
+                mon.terminate()
+                out = mon.communicate(timeout=5)[0].decode(errors='replace')
+            check('GPU_2d00000000_2d0000' in out and 'io.kgpu.Gpu1' in out, 'no InterfacesRemoved: %r' % out[:2000])
+        print('failOnInitError=false: no NVIDIA GPU, then found by Rescan, removed when gone')
     finally:
         shutil.rmtree(farm, ignore_errors=True)
 
