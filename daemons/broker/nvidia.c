@@ -484,25 +484,55 @@ static int device_add(Builder *b, const char *resource, size_t unit, const char 
         return 0;
 }
 
-/* Does a `devices` entry list name this unit? */
-static bool share_matches(const NvidiaShare *sh, const GpuInfo *g, int32_t mig) {
-        char idx[16], mig_idx[32];
+/* A decimal number of 1..9 digits (leading zeros allowed, as the config accepts). */
+static bool parse_number(const char *s, size_t len, uint32_t *ret) {
+        uint32_t v = 0;
 
+        if (len == 0 || len > 9)
+                return false;
+        for (size_t i = 0; i < len; i++) {
+                if (s[i] < '0' || s[i] > '9')
+                        return false;
+                v = v * 10 + (uint32_t) (s[i] - '0');
+        }
+        *ret = v;
+        return true;
+}
+
+/* Does one `devices` entry name this unit? A GPU index "0" or GPU UUID names the GPU and
+ * its MIG devices; "0:1", a MIG UUID or "MIG-GPU-<uuid>/<gi>/<ci>" names a MIG device. */
+static bool device_ref_matches(const char *ref, const GpuInfo *g, int32_t mig) {
+        const MigDeviceInfo *m = mig >= 0 ? &g->mig_devices[mig] : NULL;
+        const char *colon, *p;
+        uint32_t a, b;
+
+        if (parse_number(ref, strlen(ref), &a))
+                return g->index >= 0 && (uint32_t) g->index == a;
+        if ((colon = strchr(ref, ':')) && parse_number(ref, (size_t) (colon - ref), &a) &&
+            parse_number(colon + 1, strlen(colon + 1), &b))
+                return m && g->index >= 0 && (uint32_t) g->index == a && m->index == b;
+        if (streq(ref, gpu_uuid(g)) || streq(ref, g->id))
+                return true;
+        if (!m)
+                return false;
+        if (streq(ref, m->uuid))
+                return true;
+        /* MIG-GPU-<gpu uuid>/<gi>/<ci> (drivers before R470). */
+        if ((p = startswith(ref, "MIG-")) && (p = startswith(p, gpu_uuid(g))) && *p == '/') {
+                const char *slash = strchr(p + 1, '/');
+
+                return slash && parse_number(p + 1, (size_t) (slash - p - 1), &a) &&
+                       parse_number(slash + 1, strlen(slash + 1), &b) && m->gi == a && m->ci == b;
+        }
+        return false;
+}
+
+static bool share_matches(const NvidiaShare *sh, const GpuInfo *g, int32_t mig) {
         if (!sh->devices)
                 return true;
-        idx[0] = mig_idx[0] = 0;
-        if (g->index >= 0) {
-                (void) snprintf(idx, sizeof(idx), "%" PRIi32, g->index);
-                if (mig >= 0)
-                        (void) snprintf(mig_idx, sizeof(mig_idx), "%" PRIi32 ":%" PRIu32, g->index,
-                                        g->mig_devices[mig].index);
-        }
-        for (char **d = sh->devices; *d; d++) {
-                if (streq(*d, gpu_uuid(g)) || streq(*d, g->id) || (idx[0] && streq(*d, idx)))
+        for (char **d = sh->devices; *d; d++)
+                if (device_ref_matches(*d, g, mig))
                         return true;
-                if (mig >= 0 && (streq(*d, g->mig_devices[mig].uuid) || (mig_idx[0] && streq(*d, mig_idx))))
-                        return true;
-        }
         return false;
 }
 

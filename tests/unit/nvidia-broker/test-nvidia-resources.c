@@ -470,6 +470,31 @@ START_TEST(test_time_slicing_mig_devices) {
 }
 END_TEST
 
+START_TEST(test_devices_references) {
+        Config c = defaults();
+        GpuInfo g[] = { h100_mig(), l40s(1) };
+        ConfigSharedResource ts[] = {
+                /* The pre-R470 MIG UUID form names MIG device GI 10 / CI 0 (Device 3). */
+                { .name = "nvidia.com/mig-1g.10gb", .replicas = 2, .devices = STRV("MIG-" H100_UUID "/10/0") },
+                /* Leading zeros in a MIG index. */
+                { .name = "nvidia.com/mig-3g.40gb", .replicas = 2, .devices = STRV("00:00") },
+                /* A GPU index names the MIG devices on that GPU. */
+                { .name = "nvidia.com/mig-2g.20gb", .replicas = 3, .devices = STRV("0") },
+                /* Neither index 7 nor an unknown UUID: the L40S stays unshared. */
+                { .name = "nvidia.com/gpu", .replicas = 2, .devices = STRV("7", "GPU-unknown", "1:0") },
+        };
+        _cleanup_(resources_freep) Resources *r = NULL;
+
+        c.nvidia_mig_strategy = MIG_STRATEGY_MIXED;
+        c.nvidia_time_slicing = (ConfigSharing) { .resources = ts, .n_resources = ELEMENTSOF(ts) };
+        r = setup(&c, g, 2);
+        assert_ids(r, "nvidia.com/mig-1g.10gb", H100_MIG2 "," H100_MIG3 "::0," H100_MIG3 "::1");
+        assert_ids(r, "nvidia.com/mig-3g.40gb", H100_MIG0 "::0," H100_MIG0 "::1");
+        assert_ids(r, "nvidia.com/mig-2g.20gb", H100_MIG1 "::0," H100_MIG1 "::1," H100_MIG1 "::2");
+        assert_ids(r, "nvidia.com/gpu", L40S_UUID);
+}
+END_TEST
+
 /* ---- MPS ---- */
 
 START_TEST(test_mps_2_2_4) {
@@ -1168,6 +1193,7 @@ static Suite *suite(void) {
         tcase_add_test(t, test_time_slicing_replicas);
         tcase_add_test(t, test_time_slicing_rename_per_gpu);
         tcase_add_test(t, test_time_slicing_mig_devices);
+        tcase_add_test(t, test_devices_references);
         tcase_add_test(t, test_mps_2_2_4);
         tcase_add_test(t, test_mps_without_memory_and_stop);
         tcase_add_test(t, test_mps_refused_layouts);
