@@ -26,7 +26,8 @@
  *  - Sharing: an MPS entry (sharing.mps.resources[]) or else the first time-slicing
  *    entry (sharing.timeSlicing.resources[]) whose name is the device's resource and
  *    whose `devices` list matches it (absent: all; a GPU index "0" or GPU UUID matches
- *    the GPU and its MIG devices; "0:1" or a MIG UUID matches that MIG device) turns
+ *    the GPU and its MIG devices; "0:1", a MIG UUID or "MIG-GPU-<uuid>/<gi>/<ci>"
+ *    matches that MIG device; indexes compare as numbers) turns
  *    the device into `replicas` devices "<uuid>::<n>" of config_shared_resource_name().
  *    Several MPS entries on one GPU continue the numbering (2 + 1 replicas: ::0 ::1,
  *    then ::2). MPS applies to whole GPUs only (MIG devices matched by an MPS entry
@@ -38,6 +39,11 @@
  *    and a slice without memoryGB, gets no MPS (problem noted). Slices are Unhealthy
  *    unless the GPU is healthy and its MpsState is "running".
  *  - Health and NUMA node of every device are its GPU's.
+ *  - The table is rebuilt when a GPU's layout (id, UUID, index, memory, MIG mode and
+ *    devices) changes or the options do; a change of health, NUMA node or MPS state
+ *    only updates the devices in place.
+ *  - A device id claimed twice in one resource (two GPUs reporting one UUID) is served
+ *    once, for the GPU first in GPU order (problem noted).
  *  - Bounds: NVIDIA_GPUS_MAX GPUs (more are ignored, problem noted), NVIDIA_MIG_MAX MIG
  *    devices per GPU, NVIDIA_REPLICAS_MAX devices per GPU (replicas beyond are cut,
  *    problem noted); ids and names bounded by RESOURCES_ID_MAX / RESOURCES_NAME_MAX
