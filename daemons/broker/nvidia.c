@@ -98,6 +98,8 @@ typedef struct NvidiaTable {
         NvidiaResource *resources;
         size_t n_resources;
         NvidiaGpuPlan *plans;
+        uint32_t *index;        /* open addressing over (resource, id) -> device, UINT32_MAX: empty */
+        size_t index_mask;
         size_t n_plans;
         char *problem;
 } NvidiaTable;
@@ -149,6 +151,7 @@ static void table_done(NvidiaTable *t) {
         free(t->devices);
         free(t->resources);
         free(t->plans);
+        free(t->index);
         free(t->problem);
         *t = (NvidiaTable) {};
 }
@@ -740,6 +743,37 @@ static int name_cmp(const void *a, const void *b) {
         return strcmp(((const NvidiaResource *) a)->name, ((const NvidiaResource *) b)->name);
 }
 
+static uint64_t id_hash(const char *id, size_t resource) {
+        uint64_t h = UINT64_C(0xcbf29ce484222325) ^ ((uint64_t) resource * UINT64_C(0x9e3779b97f4a7c15));
+
+        for (const char *p = id; *p; p++) {
+                h ^= (unsigned char) *p;
+                h *= UINT64_C(0x100000001b3);
+        }
+        return h ^ (h >> 29);
+}
+
+/* The lookup index of the devices (twice their number, a power of two). */
+static int table_index(NvidiaTable *t) {
+        size_t size = 16;
+
+        while (size < 2 * t->n_devices)
+                size *= 2;
+        t->index = malloc(size * sizeof(uint32_t));
+        if (!t->index)
+                return -ENOMEM;
+        memset(t->index, 0xff, size * sizeof(uint32_t));
+        t->index_mask = size - 1;
+        for (size_t i = 0; i < t->n_devices; i++) {
+                size_t pos = id_hash(t->devices[i].id, t->devices[i].resource) & t->index_mask;
+
+                while (t->index[pos] != UINT32_MAX)
+                        pos = (pos + 1) & t->index_mask;
+                t->index[pos] = (uint32_t) i;
+        }
+        return 0;
+}
+
 static int table_build(const Resources *r, const NvidiaState *s, NvidiaTable *ret) {
         _cleanup_free_ size_t *gpus = NULL, *remap = NULL;
         _cleanup_strv_free_ char **names_by_old = NULL;
@@ -807,6 +841,9 @@ static int table_build(const Resources *r, const NvidiaState *s, NvidiaTable *re
                 b.t.devices[kept++] = *d;
         }
         b.t.n_devices = kept;
+        k = table_index(&b.t);
+        if (k < 0)
+                goto fail;
         for (size_t i = 0; i < b.t.n_devices; i++) {
                 NvidiaResource *res = &b.t.resources[b.t.devices[i].resource];
 
@@ -967,25 +1004,20 @@ bool resources_is_nvidia(const Resources *r, const char *resource) {
 /* ---- lookups ---- */
 
 static const NvidiaDevice *find_device(const NvidiaState *s, const NvidiaResource *res, const char *id) {
-        size_t lo = 0, hi = res ? res->n : 0;
-        IdKey key;
+        size_t r, pos;
 
-        if (!id || hi == 0)
+        if (!id || !res || res->n == 0 || !s->table.index)
                 return NULL;
-        key = id_key(id);
-        while (lo < hi) {
-                size_t mid = lo + (hi - lo) / 2;
-                const NvidiaDevice *d = &s->table.devices[res->start + mid];
-                int c = id_key_cmp(&key, &d->key);
+        r = (size_t) (res - s->table.resources);
+        pos = id_hash(id, r) & s->table.index_mask;
+        for (;; pos = (pos + 1) & s->table.index_mask) {
+                uint32_t i = s->table.index[pos];
 
-                if (c == 0)
-                        return d;
-                if (c < 0)
-                        hi = mid;
-                else
-                        lo = mid + 1;
+                if (i == UINT32_MAX)
+                        return NULL;
+                if (s->table.devices[i].resource == r && streq(s->table.devices[i].id, id))
+                        return &s->table.devices[i];
         }
-        return NULL;
 }
 
 static const Gpu *unit_gpu(const Resources *r, const NvidiaUnit *u) {
@@ -1570,7 +1602,8 @@ int resources_nvidia_preferred_allocation(const Resources *r, const char *resour
         _cleanup_free_ Cand *cand = NULL;
         _cleanup_free_ uint32_t *in_use = NULL, *next = NULL, *end = NULL;
         _cleanup_free_ uint8_t *mark = NULL;
-        size_t n_result = 0, n_cand = 0, n_ulist = 0, need;
+        _cleanup_free_ const NvidiaDevice **avail = NULL;
+        size_t n_result = 0, n_cand = 0, n_ulist = 0, n_avail, need;
         bool replicas = false, mig = false;
         int k;
 
@@ -1596,9 +1629,11 @@ int resources_nvidia_preferred_allocation(const Resources *r, const char *resour
 
         res = s ? table_resource(&s->table, resource) : NULL;
         result = calloc((size_t) size + 1, sizeof(char *));
-        cand = calloc(strv_length(available) + 1, sizeof(Cand));
+        n_avail = strv_length(available);
+        cand = calloc(n_avail + 1, sizeof(Cand));
+        avail = calloc(n_avail + 1, sizeof(NvidiaDevice *));
         mark = calloc(res ? res->n + 1 : 1, sizeof(uint8_t));
-        if (!result || !cand || !mark)
+        if (!result || !cand || !avail || !mark)
                 return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
 #define POS(d) ((size_t) ((d) - &s->table.devices[res->start]))
 #define TAKE(d) do {                                                                                            if (!(result[n_result] = strdup((d)->id)))                                                              return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");                 n_result++;                                                                                     mark[POS(d)] |= MARK_RESULT;                                                            } while (0)
@@ -1610,8 +1645,8 @@ int resources_nvidia_preferred_allocation(const Resources *r, const char *resour
                 if (d && !(mark[POS(d)] & MARK_RESULT))
                         TAKE(d);
         }
-        for (char * const *i = available; i && *i; i++) {
-                const NvidiaDevice *d = find_device(s, res, *i);
+        for (size_t i = 0; i < n_avail; i++) {
+                const NvidiaDevice *d = avail[i] = find_device(s, res, available[i]);
 
                 if (!d || !d->healthy || (mark[POS(d)] & (MARK_RESULT | MARK_CAND)))
                         continue;
@@ -1626,8 +1661,8 @@ int resources_nvidia_preferred_allocation(const Resources *r, const char *resour
 
         if (!replicas && mig) {
                 /* MIG devices: the available order (upstream has no preference either). */
-                for (char * const *i = available; i && *i && n_result < (size_t) size; i++) {
-                        const NvidiaDevice *d = find_device(s, res, *i);
+                for (size_t i = 0; i < n_avail && n_result < (size_t) size; i++) {
+                        const NvidiaDevice *d = avail[i];
 
                         if (d && d->healthy && !(mark[POS(d)] & MARK_RESULT))
                                 TAKE(d);
@@ -1683,8 +1718,8 @@ int resources_nvidia_preferred_allocation(const Resources *r, const char *resour
                         in_use[s->table.devices[res->start + i].unit]++;
                 for (size_t i = 0; i < n_cand; i++)
                         in_use[cand[i].d->unit]--;
-                for (char * const *i = available; i && *i; i++) {
-                        const NvidiaDevice *d = find_device(s, res, *i);
+                for (size_t i = 0; i < n_avail; i++) {
+                        const NvidiaDevice *d = avail[i];
 
                         /* Unhealthy available ids are not in use either. */
                         if (!d || d->healthy || (mark[POS(d)] & (MARK_RESULT | MARK_COUNTED)))
