@@ -3,11 +3,13 @@
  * nvidia.c — NVIDIA GPU records to the NVIDIA device plugin's resources, devices,
  * Allocate answers, preferred allocations and MPS limits.
  *
- * Contract: see nvidia.h. Pure: no D-Bus, no I/O, no logging. The device table is
- * rebuilt from scratch on every change (at most NVIDIA_GPUS_MAX GPUs x
- * NVIDIA_REPLICAS_MAX devices), sorted by (resource, policy_id_cmp(id)) so lookups are
- * binary searches. Units (GPUs or MIG devices) and devices refer to GPUs by their index
- * in Resources.gpus, valid until the next update, when the table is rebuilt.
+ * Contract: see nvidia.h. Pure: no D-Bus, no I/O, no logging. The device table (at
+ * most NVIDIA_GPUS_MAX GPUs x NVIDIA_REPLICAS_MAX devices) is rebuilt from scratch when a
+ * GPU's layout or the options change, and updated in place when only health, NUMA node
+ * or MPS state did. Devices are sorted by (resource, policy_id_cmp(id)), the order
+ * resources_get_devices() promises; lookups go through a hash index. Units (GPUs or MIG
+ * devices) and devices refer to GPUs by their index in Resources.gpus: every update or
+ * removal refreshes the table, so the indexes are always current.
  */
 
 #include <errno.h>
