@@ -927,11 +927,15 @@ int nvidia_refresh(Resources *r, char ***ret_advertised, char ***ret_changed) {
         if (!s)
                 return 0;
         shapes = calloc(r->n_gpus + 1, sizeof(char *));
-        if (!shapes)
-                return -ENOMEM;
+        if (!shapes) {
+                k = -ENOMEM;
+                goto fail;
+        }
         for (size_t i = 0; i < r->n_gpus; i++)
-                if (!(shapes[i] = gpu_shape(&r->gpus[i].info)))
-                        return -ENOMEM;
+                if (!(shapes[i] = gpu_shape(&r->gpus[i].info))) {
+                        k = -ENOMEM;
+                        goto fail;
+                }
 
         if (s->shapes && strv_equal(s->shapes, shapes)) {
                 /* Same GPUs, same layout: only health and NUMA nodes may have changed;
@@ -963,7 +967,7 @@ int nvidia_refresh(Resources *r, char ***ret_advertised, char ***ret_changed) {
 
         k = table_build(r, s, &t);
         if (k < 0)
-                return k;
+                goto fail;
 
         for (size_t i = 0; i < t.n_resources; i++) {
                 if (!strv_contains(s->ever, t.resources[i].name)) {
@@ -990,7 +994,10 @@ int nvidia_refresh(Resources *r, char ***ret_advertised, char ***ret_changed) {
         s->shapes = TAKE_PTR(shapes);
         return 0;
 fail:
+        /* The old table may point at GPU indexes that moved (a removal): serve nothing
+         * until a refresh succeeds rather than stale devices. */
         table_done(&t);
+        table_done(&s->table);
         s->shapes = strv_free(s->shapes);
         return k;
 }
