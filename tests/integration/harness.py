@@ -511,9 +511,10 @@ class Node:
 
     # --- NVIDIA (fake tools) -------------------------------------------------------------
     def nvidia_env(self):
-        """The probe's environment for the fake NVIDIA tools ({} without a scenario)."""
+        """The probe's environment for the fake NVIDIA tools (NVIDIA off without a scenario)."""
         if not self.nvidia_scenario:
-            return {}
+            # Hermetic on a host with a real NVIDIA driver: no scenario, no NVIDIA GPUs.
+            return {} if 'KGPU_NVIDIA_ENABLED' in self.extra_env else {'KGPU_NVIDIA_ENABLED': 'false'}
         minors = os.path.join(self.tmp, 'nvidia-caps-mig-minors')
         if not os.path.exists(minors):
             with open(minors, 'w') as f:
