@@ -4,7 +4,8 @@
  * device-table rebuild (daemons/broker/nvidia.c), in process, no D-Bus.
  *
  * Contract: prints one line per case with p50, p99 and max per call in microseconds
- * (CLOCK_MONOTONIC around each call). Cases: the 8x H100 NVLink box of
+ * (CLOCK_MONOTONIC around each call) and, for preferred allocations, the p50 and p99 of
+ * the thread's CPU time per call (CLOCK_THREAD_CPUTIME_ID: without preemption). Cases: the 8x H100 NVLink box of
  * tests/data/nvidia/topo-m-8xH100-1.txt (NV18 between all pairs, NUMA 0/1) for sizes
  * 1..8 with and without must_include; 8 GPUs without NVLink (topo-m-8xRTX4090-1.txt:
  * SYS, NUMA 0/1); 64 whole GPUs (greedy path); 1024 shared ids (8 GPUs x 128 replicas,
@@ -30,11 +31,21 @@ static GpuLinkInfo links[GPUS_MAX][GPUS_MAX];
 static char *nodes[] = { "/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", NULL };
 static int failures;
 
-static uint64_t now_ns(void) {
+static uint64_t clock_ns(clockid_t c) {
         struct timespec ts;
 
-        clock_gettime(CLOCK_MONOTONIC, &ts);
+        clock_gettime(c, &ts);
         return (uint64_t) ts.tv_sec * 1000000000ULL + (uint64_t) ts.tv_nsec;
+}
+
+static uint64_t now_ns(void) {
+        return clock_ns(CLOCK_MONOTONIC);
+}
+
+/* CPU time of this thread: what a call costs without the time it waited for a CPU on a
+ * busy machine (the wall-clock p99 there is the scheduler's, not ours). */
+static uint64_t cpu_ns(void) {
+        return clock_ns(CLOCK_THREAD_CPUTIME_ID);
 }
 
 static int u64_cmp(const void *a, const void *b) {
@@ -43,10 +54,19 @@ static int u64_cmp(const void *a, const void *b) {
         return x < y ? -1 : x > y;
 }
 
-static void report(const char *name, uint64_t *t, size_t n) {
+static void report_cpu(const char *name, uint64_t *t, uint64_t *cpu, size_t n) {
         qsort(t, n, sizeof(uint64_t), u64_cmp);
-        printf("%-58s p50 %8.2f us  p99 %8.2f us  max %8.2f us  (n=%zu)\n", name,
-               t[n / 2] / 1000.0, t[(n * 99) / 100] / 1000.0, t[n - 1] / 1000.0, n);
+        printf("%-58s p50 %8.2f us  p99 %8.2f us  max %8.2f us", name,
+               t[n / 2] / 1000.0, t[(n * 99) / 100] / 1000.0, t[n - 1] / 1000.0);
+        if (cpu) {
+                qsort(cpu, n, sizeof(uint64_t), u64_cmp);
+                printf("  | cpu p50 %8.2f us  p99 %8.2f us", cpu[n / 2] / 1000.0, cpu[(n * 99) / 100] / 1000.0);
+        }
+        printf("  (n=%zu)\n", n);
+}
+
+static void report(const char *name, uint64_t *t, size_t n) {
+        report_cpu(name, t, NULL, n);
 }
 
 /* n GPUs, link type between all pairs (nvlinks for "NV"), NUMA: first half 0, rest 1. */
@@ -126,25 +146,27 @@ static bool connected(const Resources *r, char **l) {
 
 static void bench(const char *name, const Resources *r, const char *resource, char **available, char **must,
                   int32_t size, size_t iterations, bool need_connected) {
-        uint64_t *t = calloc(iterations, sizeof(uint64_t));
+        uint64_t *t = calloc(iterations, sizeof(uint64_t)), *cpu = calloc(iterations, sizeof(uint64_t));
 
-        if (!t)
+        if (!t || !cpu)
                 abort();
         for (size_t i = 0; i < iterations; i++) {
                 _cleanup_strv_free_ char **l = NULL;
                 ResourceError e = {};
-                uint64_t a = now_ns();
+                uint64_t c = cpu_ns(), a = now_ns();
                 int k = resources_preferred_allocation(r, resource, available, must, size, &l, &e);
 
                 t[i] = now_ns() - a;
+                cpu[i] = cpu_ns() - c;
                 if (k < 0 || strv_length(l) != (size_t) size || (need_connected && !connected(r, l))) {
                         fprintf(stderr, "%s: wrong answer (%d, %zu ids)\n", name, k, strv_length(l));
                         failures++;
                         break;
                 }
         }
-        report(name, t, iterations);
+        report_cpu(name, t, cpu, iterations);
         free(t);
+        free(cpu);
 }
 
 int main(int argc, char *argv[]) {
