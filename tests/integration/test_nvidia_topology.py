@@ -10,7 +10,8 @@
 # required -> a partner on node 1); only offered GPUs are chosen.
 # 5xrtx4090-pcie (PCIe only: GPU1-GPU2 and GPU3-GPU4 under a host bridge (PHB), GPU1/2
 # to GPU3/4 NODE, GPU0 on the other NUMA node, SYS to all): a set of 2 or 4 never takes
-# GPU0 unless required. Replicas (8xh100, replicas 2): distributed spreads a request
+# GPU0 unless required, and a pair is the one behind a host bridge (GPU1+GPU2; GPU3+GPU4
+# when GPU3 is required). Replicas (8xh100, replicas 2): distributed spreads a request
 # over GPUs, nvidia.replicaPolicy packed fills one GPU first.
 
 from harness import check, RES_I915, RES_XE
@@ -56,10 +57,12 @@ def rtx(node):
     check(set(got) == set(RTX[1:]), '4 of 5: %r' % got)
     got = pref(cl, RTX, must=[RTX[0]], size=2)
     check(RTX[0] in got, 'must_include GPU0: %r' % got)
-    # GPU3 required: its PHB partner GPU4 and a NODE neighbour rank alike (same NUMA
-    # node); GPU0 (SYS) never.
+    # Two GPUs: a pair behind one host bridge (PHB) beats a NODE pair: GPU1+GPU2 (lowest),
+    # and with GPU3 required its PHB partner GPU4. Only the probe's Links tell these apart.
+    got = pref(cl, RTX, size=2)
+    check(set(got) == {RTX[1], RTX[2]}, '2 of 5: %r, expected the PHB pair GPU1+GPU2' % got)
     got = pref(cl, RTX, must=[RTX[3]], size=2)
-    check(RTX[0] not in got, 'with GPU3: %r' % got)
+    check(set(got) == {RTX[3], RTX[4]}, 'with GPU3: %r, expected its PHB partner GPU4' % got)
 
 
 def replicas_policy(packed):
