@@ -559,6 +559,13 @@ static int unit_devices(Builder *b, size_t unit, const char *base, NvidiaGpuPlan
                         n_mps = 0;
                         break;
                 }
+                if (mig_enabled(g)) {
+                        /* migStrategy none serves the whole GPU, but the probe refuses MPS
+                         * on a GPU in MIG mode: no slices that could never be healthy. */
+                        problem(b, "GPU %s has MIG enabled: MPS is not supported with MIG, no MPS slices", g->id);
+                        n_mps = 0;
+                        break;
+                }
                 mps[n_mps++] = sh;
         }
 

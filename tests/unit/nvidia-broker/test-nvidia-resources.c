@@ -631,6 +631,18 @@ START_TEST(test_mps_refused_layouts) {
         ck_assert_uint_eq(n, 0);
         q = nvidia_mps_requests_free(q, n);
 
+        /* A GPU in MIG mode under migStrategy none: served whole, no MPS (the probe
+         * refuses SetMps on it). */
+        resources_free(TAKE_PTR(r));
+        g[0] = h100_mig();
+        mps[0].memory_bytes = 0;
+        r = setup(&c, g, 1);
+        assert_ids(r, "nvidia.com/gpu", H100_UUID);
+        ck_assert_ptr_nonnull(strstr(resources_nvidia_problem(r), "MPS is not supported with MIG"));
+        ck_assert_int_eq(resources_nvidia_mps_requests(r, &q, &n), 0);
+        ck_assert_uint_eq(n, 0);
+        q = nvidia_mps_requests_free(q, n);
+
         /* MPS on MIG devices (single strategy): not supported, left unshared. */
         resources_free(TAKE_PTR(r));
         g[0] = h100_7x1g();
