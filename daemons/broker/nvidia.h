@@ -30,8 +30,8 @@
  *    matches that MIG device; indexes compare as numbers) turns
  *    the device into `replicas` devices "<uuid>::<n>" of config_shared_resource_name().
  *    Several MPS entries on one GPU continue the numbering (2 + 1 replicas: ::0 ::1,
- *    then ::2). MPS applies to whole GPUs only (MIG devices matched by an MPS entry
- *    stay unshared; problem noted). Devices no entry matches stay unshared under their
+ *    then ::2). MPS applies to whole GPUs not in MIG mode only (MIG devices, or a GPU
+ *    in MIG mode served whole under migStrategy none, stay unshared; problem noted). Devices no entry matches stay unshared under their
  *    resource name.
  *  - MPS slices: memory = memoryGB (bytes) or GPU memory / replicas; percentage =
  *    max(1, floor(100 * memory / GPU memory)) with memoryGB, else max(1, floor(100 /
