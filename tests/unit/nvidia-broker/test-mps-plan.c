@@ -132,6 +132,12 @@ START_TEST(test_mps_which_gpus) {
         ck_assert(p.enabled);
         ck_assert_uint_eq(p.active_thread_percentage, 25);
 
+        /* MIG enabled: the probe would refuse MPS (InvalidArgs), so the broker does not ask. */
+        GpuInfo mig = gpu("GPU-b", 1, H100_MEMORY, "Enabled");
+        mps_plan_for_gpu(&c, &mig, &p);
+        ck_assert(!p.enabled);
+        ck_assert(!p.requested);
+
         /* A MIG profile under MPS: not supported. */
         ConfigSharedResource m[] = { { .name = (char *) "nvidia.com/mig-1g.10gb", .replicas = 2 } };
         c = config(m, 1);
