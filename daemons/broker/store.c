@@ -32,6 +32,7 @@ typedef enum StoreStatement {
         STMT_INSERT_ALLOCATION,
         STMT_INSERT_DEVICE,
         STMT_LIST,
+        STMT_LIST_ALL,
         STMT_DELETE_ALLOCATION,
         STMT_SET_HOLDER,
         _STMT_MAX,
@@ -49,6 +50,15 @@ static const char * const statement_sql[_STMT_MAX] = {
         [STMT_LIST] =
                 "SELECT a.id, a.resource, a.created_usec, a.boot_id, d.device_id "
                 "FROM (SELECT * FROM allocations ORDER BY id DESC LIMIT ?1) AS a "
+                "LEFT JOIN allocation_devices AS d ON d.allocation_id = a.id "
+                "ORDER BY a.id, d.rowid",
+        /* All of them, oldest first: scanned in rowid order, so only each allocation's
+         * few device rows are sorted. STMT_LIST with -1 sorted the whole join in a temp
+         * B-tree on every sharing check and reconcile (CPU and heap growing with the
+         * number of allocations). */
+        [STMT_LIST_ALL] =
+                "SELECT a.id, a.resource, a.created_usec, a.boot_id, d.device_id "
+                "FROM allocations AS a "
                 "LEFT JOIN allocation_devices AS d ON d.allocation_id = a.id "
                 "ORDER BY a.id, d.rowid",
         [STMT_DELETE_ALLOCATION] = "DELETE FROM allocations WHERE id = ?1",
@@ -589,14 +599,16 @@ static int allocation_row_flush(AllocationRow *a, StoreAllocationFunc cb, void *
 }
 
 int store_foreach_allocation(Store *s, size_t max, StoreAllocationFunc cb, void *userdata) {
-        sqlite3_stmt *st = s->stmt[STMT_LIST];
+        sqlite3_stmt *st = s->stmt[max > 0 ? STMT_LIST : STMT_LIST_ALL];
         AllocationRow cur = {};
         size_t n = 0;
         int rc, r = 0;
 
-        rc = sqlite3_bind_int64(st, 1, max > 0 ? (sqlite3_int64) MIN(max, (size_t) INT64_MAX) : -1);
-        if (rc != SQLITE_OK)
-                return sqlite_to_errno(rc) ?: -EIO;
+        if (max > 0) {
+                rc = sqlite3_bind_int64(st, 1, (sqlite3_int64) MIN(max, (size_t) INT64_MAX));
+                if (rc != SQLITE_OK)
+                        return sqlite_to_errno(rc) ?: -EIO;
+        }
 
         for (;;) {
                 sqlite3_int64 id, created;
