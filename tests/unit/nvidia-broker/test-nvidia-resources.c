@@ -495,6 +495,115 @@ START_TEST(test_devices_references) {
 }
 END_TEST
 
+/* ---- the whole matrix: migStrategy x sharing x deviceIDStrategy ---- */
+
+#define B7(i) "MIG-" i
+typedef struct MatrixCase {
+        ConfigMigStrategy mig;
+        int sharing;                    /* 0 none, 1 time-slicing, 2 MPS */
+        const char *share_name;
+        uint64_t memory;                /* MPS memoryGB */
+        ConfigDeviceIdStrategy id;
+        bool with_l40s;
+        const char *resource;
+        size_t n_ids;                   /* devices of resource */
+        const char *allocate;           /* one id */
+        const char *visible;            /* NVIDIA_VISIBLE_DEVICES */
+        const char *mps_mem;            /* CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, NULL: none */
+        const char *mps_pct;
+        const char *problem;            /* substring, NULL: none */
+} MatrixCase;
+
+static const MatrixCase matrix[] = {
+        /* none: whole GPUs (the H100 in MIG mode too). */
+        { MIG_STRATEGY_NONE, 0, NULL, 0, DEVICE_ID_STRATEGY_UUID, true, "nvidia.com/gpu", 2,
+          H100B_UUID, H100B_UUID, NULL, NULL, NULL },
+        { MIG_STRATEGY_NONE, 0, NULL, 0, DEVICE_ID_STRATEGY_INDEX, true, "nvidia.com/gpu", 2,
+          L40S_UUID, "1", NULL, NULL, NULL },
+        { MIG_STRATEGY_NONE, 1, "nvidia.com/gpu", 0, DEVICE_ID_STRATEGY_INDEX, true, "nvidia.com/gpu", 4,
+          H100B_UUID "::1", "0", NULL, NULL, NULL },
+        { MIG_STRATEGY_NONE, 1, "nvidia.com/gpu", 0, DEVICE_ID_STRATEGY_UUID, true, "nvidia.com/gpu", 4,
+          L40S_UUID "::0", L40S_UUID, NULL, NULL, NULL },
+        /* MPS: the L40S is sliced (46068 MiB / 2 = 23034 MiB, 50 %), the H100 in MIG mode not. */
+        { MIG_STRATEGY_NONE, 2, "nvidia.com/gpu", 0, DEVICE_ID_STRATEGY_UUID, true, "nvidia.com/gpu", 3,
+          L40S_UUID "::1", L40S_UUID, "0=23034M", "50", "MPS is not supported with MIG" },
+        { MIG_STRATEGY_NONE, 2, "nvidia.com/gpu", 4, DEVICE_ID_STRATEGY_INDEX, true, "nvidia.com/gpu", 3,
+          L40S_UUID "::0", "1", "0=4096M", "8", "MPS is not supported with MIG" },
+        /* single: the 7 MIG devices are nvidia.com/gpu. */
+        { MIG_STRATEGY_SINGLE, 0, NULL, 0, DEVICE_ID_STRATEGY_UUID, false, "nvidia.com/gpu", 7,
+          B7("0f709664-740c-52b0-ae79-3e4c9ede6d3b"), B7("0f709664-740c-52b0-ae79-3e4c9ede6d3b"), NULL, NULL, NULL },
+        { MIG_STRATEGY_SINGLE, 0, NULL, 0, DEVICE_ID_STRATEGY_INDEX, false, "nvidia.com/gpu", 7,
+          B7("0f709664-740c-52b0-ae79-3e4c9ede6d3b"), "0:3", NULL, NULL, NULL },
+        { MIG_STRATEGY_SINGLE, 1, "nvidia.com/gpu", 0, DEVICE_ID_STRATEGY_UUID, false, "nvidia.com/gpu", 14,
+          B7("3f6f389f-b0cc-5e5c-8e32-eaa8fd067902") "::1", B7("3f6f389f-b0cc-5e5c-8e32-eaa8fd067902"), NULL, NULL, NULL },
+        { MIG_STRATEGY_SINGLE, 1, "nvidia.com/gpu", 0, DEVICE_ID_STRATEGY_INDEX, false, "nvidia.com/gpu", 14,
+          B7("981c86e9-3607-57d7-9426-295347e4b925") "::0", "0:6", NULL, NULL, NULL },
+        { MIG_STRATEGY_SINGLE, 2, "nvidia.com/gpu", 0, DEVICE_ID_STRATEGY_UUID, false, "nvidia.com/gpu", 7,
+          B7("981c86e9-3607-57d7-9426-295347e4b925"), B7("981c86e9-3607-57d7-9426-295347e4b925"), NULL, NULL,
+          "MPS is not supported on MIG device" },
+        /* single with the L40S beside: nothing. */
+        { MIG_STRATEGY_SINGLE, 0, NULL, 0, DEVICE_ID_STRATEGY_UUID, true, "nvidia.com/gpu", 0,
+          NULL, NULL, NULL, NULL, "migStrategy single" },
+        /* mixed: the L40S is nvidia.com/gpu, the MIG devices nvidia.com/mig-1g.10gb. */
+        { MIG_STRATEGY_MIXED, 0, NULL, 0, DEVICE_ID_STRATEGY_UUID, true, "nvidia.com/mig-1g.10gb", 7,
+          B7("5d23f73a-d378-50ac-a6f5-3bf5184773bb"), B7("5d23f73a-d378-50ac-a6f5-3bf5184773bb"), NULL, NULL, NULL },
+        { MIG_STRATEGY_MIXED, 0, NULL, 0, DEVICE_ID_STRATEGY_INDEX, true, "nvidia.com/gpu", 1,
+          L40S_UUID, "1", NULL, NULL, NULL },
+        { MIG_STRATEGY_MIXED, 1, "nvidia.com/mig-1g.10gb", 0, DEVICE_ID_STRATEGY_INDEX, true, "nvidia.com/mig-1g.10gb", 14,
+          B7("5d23f73a-d378-50ac-a6f5-3bf5184773bb") "::1", "0:4", NULL, NULL, NULL },
+        { MIG_STRATEGY_MIXED, 1, "nvidia.com/gpu", 0, DEVICE_ID_STRATEGY_UUID, true, "nvidia.com/gpu", 2,
+          L40S_UUID "::1", L40S_UUID, NULL, NULL, NULL },
+        { MIG_STRATEGY_MIXED, 2, "nvidia.com/gpu", 4, DEVICE_ID_STRATEGY_UUID, true, "nvidia.com/gpu", 2,
+          L40S_UUID "::1", L40S_UUID, "0=4096M", "8", NULL },
+        { MIG_STRATEGY_MIXED, 2, "nvidia.com/gpu", 0, DEVICE_ID_STRATEGY_INDEX, true, "nvidia.com/gpu", 2,
+          L40S_UUID "::0", "1", "0=23034M", "50", NULL },
+};
+
+START_TEST(test_matrix) {
+        const MatrixCase *m = &matrix[_i];
+        Config c = defaults();
+        GpuInfo g[] = { h100_7x1g(), l40s(1) };
+        ConfigSharedResource entry = { .name = (char *) m->share_name, .replicas = 2, .memory_bytes = m->memory * GIB };
+        _cleanup_(resources_freep) Resources *r = NULL;
+        _cleanup_(answer_done) Answer a = {};
+        _cleanup_free_ Device *d = NULL;
+        size_t n;
+
+        for (size_t i = 0; i < ELEMENTSOF(g); i++) {
+                g[i].mps_state = "running";
+                g[i].mps_pipe_directory = "/run/kgpu/mps/x/pipe";
+        }
+        c.nvidia_mig_strategy = m->mig;
+        c.nvidia_device_id_strategy = m->id;
+        if (m->sharing == 1)
+                c.nvidia_time_slicing = (ConfigSharing) { .resources = &entry, .n_resources = 1 };
+        else if (m->sharing == 2)
+                c.nvidia_mps = (ConfigSharing) { .resources = &entry, .n_resources = 1 };
+        r = setup(&c, g, m->with_l40s ? 2 : 1);
+
+        if (m->n_ids == 0)
+                ck_assert(resources_get_devices(r, m->resource, &d, &n) < 0 || n == 0);
+        else {
+                ck_assert_int_eq(resources_get_devices(r, m->resource, &d, &n), 0);
+                ck_assert_uint_eq(n, m->n_ids);
+        }
+        if (m->problem)
+                ck_assert_ptr_nonnull(strstr(resources_nvidia_problem(r) ?: "", m->problem));
+        else
+                ck_assert_ptr_null(resources_nvidia_problem(r));
+        if (!m->allocate)
+                return;
+        ck_assert_int_eq(allocate(r, m->resource, (char *[]) { (char *) m->allocate, NULL }, &a, NULL), 0);
+        ck_assert_str_eq(env_get(a.envs, "NVIDIA_VISIBLE_DEVICES"), m->visible);
+        if (m->mps_mem) {
+                ck_assert_str_eq(env_get(a.envs, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), m->mps_mem);
+                ck_assert_str_eq(env_get(a.envs, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), m->mps_pct);
+                ck_assert_str_eq(env_get(a.envs, "CUDA_MPS_PIPE_DIRECTORY"), "/mps/nvidia.com/gpu/pipe");
+        } else
+                ck_assert_ptr_null(env_get(a.envs, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"));
+}
+END_TEST
+
 /* ---- MPS ---- */
 
 START_TEST(test_mps_2_2_4) {
@@ -1206,6 +1315,7 @@ static Suite *suite(void) {
         tcase_add_test(t, test_time_slicing_rename_per_gpu);
         tcase_add_test(t, test_time_slicing_mig_devices);
         tcase_add_test(t, test_devices_references);
+        tcase_add_loop_test(t, test_matrix, 0, ELEMENTSOF(matrix));
         tcase_add_test(t, test_mps_2_2_4);
         tcase_add_test(t, test_mps_without_memory_and_stop);
         tcase_add_test(t, test_mps_refused_layouts);
