@@ -118,6 +118,7 @@ static int load_one(const StoreInventoryGpu *s, void *userdata) {
                 .numa_node = s->numa_node,
                 .device_id = s->device_id,
                 .healthy = s->healthy,
+                .index = -1,            /* NVIDIA fields are not stored: unknown until the probe answers */
         };
         int r;
 
