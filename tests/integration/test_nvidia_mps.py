@@ -14,7 +14,9 @@
 # directory (CUDA_MPS_PIPE_DIRECTORY, its host directory mounted there) and /dev/shm;
 # after a probe restart the limits are sent to the control daemon again; after a reload
 # with no MPS in the config the daemon got "quit", the compute mode is Default again and
-# the GPU is a plain nvidia.com/gpu device and the slice resources are withdrawn.
+# the GPU is a plain nvidia.com/gpu device and the slice resources are withdrawn. On an
+# H100 with MIG on, the same config starts no MPS (no command to the fake tools) and the
+# broker logs why.
 
 import os
 import signal
@@ -125,9 +127,21 @@ def mps(node):
                       15, what='%s withdrawn' % r)
 
 
+def mig_gpu(node):
+    # The H100 has MIG on: MPS cannot run there. The broker says why and never asks.
+    node.wait_for(lambda: check(any('not advertised as configured' in line and 'MIG' in line
+                                    for line in node.daemons['broker'].log_text().splitlines()),
+                                'no log line saying why'), 10, what='the broker naming the problem')
+    cmds = node.nvidia_commands()
+    check(not any('EXCLUSIVE_PROCESS' in c or c.startswith('nvidia-cuda-mps-control') for c in cmds),
+          'MPS attempted on a MIG GPU: %r' % [c for c in cmds if 'mps' in c or '-c ' in c])
+    check('mps' not in node.nvidia_state(), 'fake MPS state %r' % node.nvidia_state())
+
+
 CASES = [
     ('l40s, 2x 2 GB + 1x 4 GB', dict(nvidia_scenario='l40s', resources=INTEL + [RES_2GB, RES_4GB],
                                      config_extra=MPS), mps),
+    ('h100 with MIG on: no MPS', dict(nvidia_scenario='h100-mig', resources=INTEL, config_extra=MPS), mig_gpu),
 ]
 
 if __name__ == '__main__':
