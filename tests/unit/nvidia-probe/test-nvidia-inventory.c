@@ -190,6 +190,13 @@ START_TEST(test_l40s) {
         ck_assert_str_eq(g->cuda_version, "13.2");      /* no -q recording: from the summary table */
         ck_assert_str_eq(g->device_nodes[0], "/dev/nvidia0");
         ck_assert_int_eq(g->numa_node, 0);
+
+        /* healthIntervalMs 0: no polls and no wakeups at all (once the pending label/CDI
+         * write ran). */
+        for (int i = 0; i < 10 && sd_event_run(m->event, 0) > 0; i++)
+                ;
+        ck_assert_int_eq(sd_event_run(m->event, 300000), 0);
+        ck_assert_uint_eq(nvidia_probe_n_polls(m->nvidia), 0);
 }
 END_TEST
 
