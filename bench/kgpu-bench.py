@@ -14,8 +14,10 @@
 #                idle wakeups (context switches of every thread of the three daemons over
 #                --idle-seconds), RSS/PSS per daemon and per mapping (library), Allocate
 #                (grpcd -> broker -> SQLite commit), GetPreferredAllocation over 8 GPUs,
-#                one fsync p50/p99 in the state directory (same disk, same directory as
-#                the database), udev remove/add -> ListAndWatch, kubelet restart ->
+#                one sync p50/p99 in the state directory (same disk, same directory as
+#                the database): 4 KiB append + fsync, and 4 KiB overwrite + fdatasync
+#                (SQLite's WAL commit); the target uses the cheaper of the two,
+#                udev remove/add -> ListAndWatch, kubelet restart ->
 #                re-registered
 #   shared1024   eight-gpus x sharedDevNum 128: GetPreferredAllocation over 1024 ids
 #   nvlink8      8 H100 with NVLink (fake nvidia-smi scenario 8xh100-nvlink):
@@ -53,7 +55,47 @@ import kubelet_sim  # noqa: E402
 from harness import RES_I915  # noqa: E402
 
 EIGHT_FIRST = '0000:18:00.0'   # first GPU of layouts eight-gpus and sixty-four-gpus
-NO_POLL = {'KGPU_RECONCILE_INTERVAL_SEC': '0'}
+# No polling, and the default log level: the harness asks for debug logs, which the
+# daemons would write (and the harness's python threads read) on every call.
+NO_POLL = {'KGPU_RECONCILE_INTERVAL_SEC': '0', 'KGPU_LOG_LEVEL': 'info'}
+
+# The sync loops run in a child python with no other threads: in this process the
+# harness's and grpcio's threads compete for the GIL, and a thread coming back from
+# fdatasync() waits up to the 5 ms switch interval for it.
+_SYNC_CHILD = r'''
+import json, os, sys, time
+path, n, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+block = b'\xa5' * 4096
+out = []
+fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+try:
+    if mode == 'fdatasync':
+        os.write(fd, b'\0' * (1 << 20))
+        os.fsync(fd)
+    for i in range(n + 10):
+        if mode == 'fsync' and i % 256 == 0:
+            os.ftruncate(fd, 0)
+            os.fsync(fd)
+        t0 = time.perf_counter()
+        if mode == 'fsync':
+            os.write(fd, block)
+            os.fsync(fd)
+        else:
+            os.pwrite(fd, block, (i % 256) * 4096)
+            os.fdatasync(fd)
+        if i >= 10:
+            out.append(time.perf_counter() - t0)
+finally:
+    os.close(fd)
+    os.unlink(path)
+json.dump(out, sys.stdout)
+'''
+
+
+def sync_bench(directory, n, mode):
+    r = subprocess.run([sys.executable, '-c', _SYNC_CHILD, os.path.join(directory, '.kgpu-bench-' + mode),
+                        str(n), mode], stdout=subprocess.PIPE, check=True, timeout=600)
+    return summary(json.loads(r.stdout))
 
 
 # --- statistics -------------------------------------------------------------------------
@@ -168,29 +210,6 @@ def total_of(mem, key):
     return sum(m[key] for m in mem.values())
 
 
-# --- fsync ------------------------------------------------------------------------------
-def fsync_bench(directory, n):
-    """One 4 KiB append + fsync, n times, in `directory` (like a WAL commit's write)."""
-    path = os.path.join(directory, '.kgpu-bench-fsync')
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    block = b'\xa5' * 4096
-    out = []
-    try:
-        for i in range(n + 10):
-            if i % 256 == 0:
-                os.ftruncate(fd, 0)
-                os.fsync(fd)
-            t0 = time.perf_counter()
-            os.write(fd, block)
-            os.fsync(fd)
-            if i >= 10:
-                out.append(time.perf_counter() - t0)
-    finally:
-        os.close(fd)
-        os.unlink(path)
-    return summary(out)
-
-
 # --- the no-op baseline -------------------------------------------------------------------
 def bench_baseline(build_root, calls):
     exe = os.path.join(build_root, 'bench', 'kgpu-bench-noop-plugin')
@@ -294,7 +313,10 @@ def bench_node8(build_root, calls, restarts, hotplugs, idle_s):
         out['allocate'] = summary(lat)
         out['preferred_size1'] = summary(timed_calls(lambda: cl.get_preferred_allocation(ids, [], 1), calls))
         out['preferred_size4'] = summary(timed_calls(lambda: cl.get_preferred_allocation(ids, [], 4), calls))
-        out['fsync'] = fsync_bench(node.state_dir, calls)
+        # (a) 4 KiB append + fsync: the file grows, a metadata journal commit too;
+        # (b) 4 KiB overwrite of a preallocated file + fdatasync: SQLite's WAL commit.
+        out['fsync'] = sync_bench(node.state_dir, calls, 'fsync')
+        out['fdatasync'] = sync_bench(node.state_dir, calls, 'fdatasync')
 
         def health(d):
             return next((x['health'] for x in d if x['id'] == EIGHT_FIRST), None)
@@ -346,26 +368,31 @@ def bench_size(build_root, layout, n_gpus, shares, calls, hotplugs, preload=0, p
         it = iter(range(10 ** 9))
         for _ in range(preload):
             cl.allocate([ids[next(it) % n_ids]])
-        for _ in range(20):
-            cl.allocate([ids[next(it) % n_ids]])
-        out['allocate_cpu_ms'], lat = cpu_per_call(node, lambda: cl.allocate([ids[next(it) % n_ids]]), calls)
-        out['allocate'] = summary(lat)
+        # GetPreferredAllocation first: the Allocates below record allocations, and every
+        # decision on a shared resource reconciles over all recorded ones (the
+        # "recorded" axis measures that on its own).
         try:
             cl.get_preferred_allocation(ids, [], 1)
             out['preferred_cpu_ms'], lat = cpu_per_call(node, lambda: cl.get_preferred_allocation(ids, [], 1), calls)
             out['preferred'] = summary(lat)
         except Exception as e:  # grpc.RpcError: report, keep measuring
             out['preferred_error'] = str(getattr(e, 'details', lambda: e)())
+        for _ in range(20):
+            cl.allocate([ids[next(it) % n_ids]])
+        out['allocate_cpu_ms'], lat = cpu_per_call(node, lambda: cl.allocate([ids[next(it) % n_ids]]), calls)
+        out['allocate'] = summary(lat)
+
+        first = ids[0].rsplit('-', 1)[0] if shares > 1 else ids[0]  # a PCI address
 
         def health(d):
-            return next((x['health'] for x in d if x['id'].startswith(EIGHT_FIRST)), None)
+            return next((x['health'] for x in d if x['id'].startswith(first)), None)
         rm = []
         before = {name: cpu_s(d.pid) for name, d in node.daemons.items()}
         for _ in range(hotplugs):
-            t = node.testbed_cmd('remove ' + EIGHT_FIRST)
+            t = node.testbed_cmd('remove ' + first)
             t1, _ = cl.wait_update(lambda d: health(d) == 'Unhealthy', after=t, timeout=10)
             rm.append(t1 - t)
-            t = node.testbed_cmd('add ' + EIGHT_FIRST)
+            t = node.testbed_cmd('add ' + first)
             cl.wait_update(lambda d: health(d) == 'Healthy', after=t, timeout=10)
         out['hotplug_cpu_ms'] = {name: (cpu_s(d.pid) - before[name]) * 1e3 / hotplugs
                                  for name, d in node.daemons.items()}
@@ -449,10 +476,12 @@ def targets(res):
     rows = []
     b, n8 = res.get('baseline'), res.get('node8')
     if b and n8:
-        lim = b['allocate']['p99_ms'] + n8['fsync']['p99_ms']
+        # The stricter of the two forms of one sync (the cheaper one) sets the bar.
+        sync = min(n8['fsync']['p99_ms'], n8['fdatasync']['p99_ms'])
+        lim = b['allocate']['p99_ms'] + sync
         a = n8['allocate']['p99_ms']
         rows.append(('Allocate p99 (grpcd -> broker -> SQLite)', '%.3f ms' % a,
-                     '<= %.3f ms (noop %.3f + fsync %.3f)' % (lim, b['allocate']['p99_ms'], n8['fsync']['p99_ms']),
+                     '<= %.3f ms (noop %.3f + sync %.3f)' % (lim, b['allocate']['p99_ms'], sync),
                      a <= lim))
         p = n8['preferred_size4']['p99_ms']
         rows.append(('GetPreferredAllocation p99, 8 GPUs (size 4)', '%.3f ms' % p, '<= 1 ms', p <= 1.0))
@@ -516,7 +545,8 @@ def print_report(res):
                  ('no-op plugin GetPreferredAllocation', res['baseline']['preferred'])]
     n8 = res.get('node8')
     if n8:
-        rows += [('8 GPUs: Allocate', n8['allocate']), ('fsync (state directory)', n8['fsync']),
+        rows += [('8 GPUs: Allocate', n8['allocate']), ('fsync, 4 KiB append (state dir)', n8['fsync']),
+                 ('fdatasync, 4 KiB overwrite (state dir)', n8['fdatasync']),
                  ('8 GPUs: GetPreferredAllocation size 1', n8['preferred_size1']),
                  ('8 GPUs: GetPreferredAllocation size 4', n8['preferred_size4']),
                  ('8 GPUs: udev remove -> ListAndWatch', n8['hotplug_remove']),
