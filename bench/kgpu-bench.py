@@ -92,6 +92,17 @@ json.dump(out, sys.stdout)
 '''
 
 
+UNCLEAN = []  # daemons (and the no-op plugin) that did not exit 0 on SIGTERM
+
+
+def stop_node(node):
+    """Stops a node; records daemons that exited non-zero on SIGTERM (under ASan/UBSan
+    a finding makes the exit code non-zero)."""
+    for name, rc in node.stop().items():
+        if rc not in (0, None):
+            UNCLEAN.append('%s (layout %s): exit %s' % (name, node.layout, rc))
+
+
 def sync_bench(directory, n, mode):
     r = subprocess.run([sys.executable, '-c', _SYNC_CHILD, os.path.join(directory, '.kgpu-bench-' + mode),
                         str(n), mode], stdout=subprocess.PIPE, check=True, timeout=600)
@@ -244,6 +255,8 @@ def bench_baseline(build_root, calls):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        if proc.returncode != 0:
+            UNCLEAN.append('kgpu-bench-noop-plugin: exit %s' % proc.returncode)
         proc.stdout.close()
         import shutil
         shutil.rmtree(tmp, ignore_errors=True)
@@ -278,7 +291,7 @@ def cold_start(build_root, rounds):
             out.append({'probe_ready': t_probe - t0, 'broker_ready': t_broker - t0,
                         'grpcd_ready': t_grpc - t0, 'registered': reg.t - t0})
     finally:
-        node.stop()
+        stop_node(node)
     reg = summary([r['registered'] for r in out])
     return {'rounds': out, 'registered': reg,
             'probe_ready': summary([r['probe_ready'] for r in out]),
@@ -339,7 +352,7 @@ def bench_node8(build_root, calls, restarts, hotplugs, idle_s):
         out['mem_after'] = node_memory(node)
         out['allocations_recorded'] = len(node.list_allocations())
     finally:
-        node.stop()
+        stop_node(node)
     return out
 
 
@@ -409,7 +422,7 @@ def bench_size(build_root, layout, n_gpus, shares, calls, hotplugs, preload=0, p
         out['rss_kb'] = total_of(mem, 'rss_kb')
         out['pss_kb'] = total_of(mem, 'pss_kb')
     finally:
-        node.stop()
+        stop_node(node)
     return out
 
 
@@ -435,7 +448,7 @@ def bench_nvlink(build_root, calls):
             out['picked_size%d' % size] = cl.get_preferred_allocation(ids, [], size)
         out['allocate'] = summary(timed_calls(lambda: cl.allocate([ids[0]]), calls))
     finally:
-        node.stop()
+        stop_node(node)
     return out
 
 
@@ -455,7 +468,7 @@ def bench_policies(build_root, calls):
                 out['%s_size%d' % (policy, size)] = summary(timed_calls(
                     lambda: cl.get_preferred_allocation(ids, [], size), calls))
         finally:
-            node.stop()
+            stop_node(node)
     return out
 
 
@@ -687,9 +700,12 @@ def main():
         traceback.print_exc()
         return 1
     res['host']['loadavg_end'] = os.getloadavg()
+    res['unclean_exits'] = UNCLEAN
     res['wall_s'] = time.monotonic() - t_start
     res['targets'] = [{'metric': m, 'measured': v, 'target': t, 'met': ok} for m, v, t, ok in targets(res)]
     print_report(res)
+    for u in UNCLEAN:
+        print('WARNING: did not exit cleanly on SIGTERM: %s' % u)
     print('\nwall time %.0f s, load average at start %.2f, at end %.2f' % (
         res['wall_s'], res['host']['loadavg_start'][0], res['host']['loadavg_end'][0]))
     if args.json:

@@ -142,7 +142,6 @@ int main(int argc, char *argv[]) {
                 return EXIT_FAILURE;
         }
 
-        printf("{");
         for (int i = 2; i < argc; i++) {
                 uint32_t n;
 
@@ -151,6 +150,12 @@ int main(int argc, char *argv[]) {
                         safe_close(pair[1]);
                         return EXIT_FAILURE;
                 }
+        }
+        printf("{");
+        for (int i = 2; i < argc; i++) {
+                uint32_t n = 0;
+
+                (void) safe_atou32(argv[i], &n);  /* validated above */
                 if (bench_one(bus, n, rounds, i == 2) < 0) {
                         safe_close(pair[1]);
                         return EXIT_FAILURE;
