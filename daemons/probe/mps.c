@@ -617,7 +617,7 @@ static void entry_enabled_ok(Entry *e) {
 
 static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, void *userdata) {
         /* Freed when this returns: res points into it; the next step has its own run. */
-        _cleanup_(nvidia_run_freep) NvidiaRun *finished = run;
+        _cleanup_(nvidia_run_freep) _unused_ NvidiaRun *finished = run;
         Entry *e = userdata;
         Op *op = e->op;
         _cleanup_free_ char *msg = NULL, *perr = NULL;
