@@ -16,7 +16,8 @@
 # with no MPS in the config the daemon got "quit", the compute mode is Default again and
 # the GPU is a plain nvidia.com/gpu device and the slice resources are withdrawn. On an
 # H100 with MIG on, the same config starts no MPS (no command to the fake tools) and the
-# broker logs why.
+# broker logs why. Under migStrategy mixed (and single) a GPU with MIG off is sliced the
+# same way: the same slices and answers.
 
 import os
 import signal
@@ -138,9 +139,23 @@ def mig_gpu(node):
     check('mps' not in node.nvidia_state(), 'fake MPS state %r' % node.nvidia_state())
 
 
+def mps_mixed(node):
+    # migStrategy mixed: the L40S (MIG off) is a whole GPU, so MPS slices it as under none.
+    wait_devices(node, RES_2GB, [L40S + '::0', L40S + '::1'], timeout=15)
+    wait_devices(node, RES_4GB, [L40S + '::2'], timeout=15)
+    d = daemon(node)
+    check(d.get('running') and d.get('pinned_mem_limit') == {'0': '2048M'} and
+          float(d.get('active_thread_percentage', 0)) == 4, 'daemon %r' % mps_daemons(node))
+    check_slice(node, RES_2GB, L40S + '::1', 2048, 4)
+    check_slice(node, RES_4GB, L40S + '::2', 4096, 8)
+
+
 CASES = [
     ('l40s, 2x 2 GB + 1x 4 GB', dict(nvidia_scenario='l40s', resources=INTEL + [RES_2GB, RES_4GB],
                                      config_extra=MPS), mps),
+    ('l40s, migStrategy mixed, 2x 2 GB + 1x 4 GB',
+     dict(nvidia_scenario='l40s', resources=INTEL + [RES_2GB, RES_4GB],
+          config_extra=MPS.replace('migStrategy: none', 'migStrategy: mixed')), mps_mixed),
     ('h100 with MIG on: no MPS', dict(nvidia_scenario='h100-mig', resources=INTEL, config_extra=MPS), mig_gpu),
 ]
 
