@@ -36,7 +36,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# Units nvidia-smi prints for the fields the probe queries (header "[unit]", value suffix).
+# Units nvidia-smi prints for the fields the probe queries (header "[unit]", value suffix),
+# for scenarios without a recorded CSV header; a recorded header's units take precedence.
 UNITS = {"memory.total": "MiB", "memory.used": "MiB", "memory.free": "MiB", "memory.reserved": "MiB"}
 
 COMPUTE_MODES = {"0": "Default", "DEFAULT": "Default", "1": "Exclusive_Thread", "EXCLUSIVE_THREAD": "Exclusive_Thread",
@@ -110,6 +111,7 @@ class Scenario:
         with open(os.path.join(data_dir(), "scenarios", name + ".json")) as f:
             self.s = json.load(f)
         self.name = name
+        self.units = dict(UNITS)
         self.gpus = self._gpus()
 
     def _gpus(self):
@@ -121,7 +123,10 @@ class Scenario:
             values = [v.strip() for v in lines[1].split(",")]
             assert len(header) == len(values)
             for h, v in zip(header, values):
-                base[h.split(" [")[0]] = v
+                name, _, unit = h.partition(" [")
+                base[name] = v
+                if unit.endswith("]"):
+                    self.units[name] = unit[:-1]
         gpus = []
         for i, g in enumerate(self.s.get("gpus", [{}])):
             d = dict(base)
@@ -148,7 +153,7 @@ def query_gpu(sc, st, fields, fmt, only):
     names = [f.strip() for f in fields.split(",")]
     out = []
     if "noheader" not in opts:
-        out.append(", ".join(n + (" [%s]" % UNITS[n] if n in UNITS else "") for n in names) + "\n")
+        out.append(", ".join(n + (" [%s]" % sc.units[n] if n in sc.units else "") for n in names) + "\n")
     code = 0
     for g in sc.gpus:
         if only is not None and g["index"] != only:
@@ -165,7 +170,7 @@ def query_gpu(sc, st, fields, fmt, only):
                 v = g.get(n)
             if v is None:
                 raise Fail("Field \"%s\" is not a valid field to query.\n" % n, 2)
-            unit = UNITS.get(n)
+            unit = sc.units.get(n)
             if unit and "nounits" in opts and v.endswith(" " + unit):
                 v = v[:-len(unit) - 1]
             elif unit and "nounits" not in opts and not v.endswith(" " + unit) and v[:1].isdigit():
