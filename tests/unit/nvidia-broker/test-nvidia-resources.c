@@ -960,6 +960,78 @@ START_TEST(test_preferred_partial_topology) {
 }
 END_TEST
 
+/* A partially NVLinked 8-GPU box: the DGX-1 (V100) hybrid cube-mesh as NVIDIA publishes
+ * its `nvidia-smi topo -m` (no recording in tests/data): GPUs 0-3 and 4-7 are NVLink
+ * cliques on NUMA nodes 0 and 1, each GPU has one NV2 link across (0-4, 1-5, 2-6 NV1,
+ * 3-7 NV1), the rest is SYS. Only here can an answer be disconnected, so every answer of
+ * sizes 2-4 around each GPU must be a clique, and the sets below are the unique best ones
+ * by summed NVLinks (NUMA alone would pick 0,1,2 and 1,4). */
+static const char *dgx1_matrix[8][8] = {
+        { "X", "NV1", "NV1", "NV2", "NV2", "SYS", "SYS", "SYS" },
+        { "NV1", "X", "NV2", "NV1", "SYS", "NV2", "SYS", "SYS" },
+        { "NV1", "NV2", "X", "NV2", "SYS", "SYS", "NV1", "SYS" },
+        { "NV2", "NV1", "NV2", "X", "SYS", "SYS", "SYS", "NV1" },
+        { "NV2", "SYS", "SYS", "SYS", "X", "NV1", "NV1", "NV2" },
+        { "SYS", "NV2", "SYS", "SYS", "NV1", "X", "NV2", "NV1" },
+        { "SYS", "SYS", "NV1", "SYS", "NV1", "NV2", "X", "NV2" },
+        { "SYS", "SYS", "SYS", "NV1", "NV2", "NV1", "NV2", "X" },
+};
+
+START_TEST(test_preferred_dgx1_cube_mesh) {
+        Config c = defaults();
+        GpuInfo g[8];
+        GpuLinkInfo links[8][7];
+        _cleanup_(resources_freep) Resources *r = NULL;
+        char **all = STRV(H(7), H(6), H(5), H(4), H(3), H(2), H(1), H(0));
+
+        h8_gpus(g, "NV", 18);           /* ids, NUMA 0 / 1; links replaced below */
+        for (int i = 0; i < 8; i++) {
+                int m = 0;
+
+                for (int j = 0; j < 8; j++) {
+                        const char *t = dgx1_matrix[i][j];
+
+                        if (j == i)
+                                continue;
+                        links[i][m++] = startswith(t, "NV") ?
+                                (GpuLinkInfo) { .peer = h8_ids[j], .type = "NV", .nvlinks = (uint8_t) (t[2] - '0') } :
+                                (GpuLinkInfo) { .peer = h8_ids[j], .type = (char *) t };
+                }
+                g[i].links = links[i];
+                g[i].n_links = 7;
+        }
+        r = setup(&c, g, 8);
+
+        /* Connected: each answer around each GPU is pairwise NVLinked. */
+        for (int must = 0; must < 8; must++)
+                for (int32_t size = 2; size <= 4; size++) {
+                        _cleanup_strv_free_ char **l = NULL;
+                        ResourceError e = {};
+
+                        ck_assert_int_eq(resources_preferred_allocation(r, "nvidia.com/gpu", all, STRV(h8_ids[must]),
+                                                                        size, &l, &e), 0);
+                        ck_assert_uint_eq(strv_length(l), (size_t) size);
+                        ck_assert_str_eq(l[0], h8_ids[must]);
+                        for (size_t i = 0; l[i]; i++)
+                                for (size_t j = i + 1; l[j]; j++) {
+                                        int a = l[i][strlen(l[i]) - 1] - '0', b = l[j][strlen(l[j]) - 1] - '0';
+
+                                        ck_assert_msg(startswith(dgx1_matrix[a][b], "NV"),
+                                                      "size %d around GPU %d: GPUs %d and %d are not NVLinked (%s)",
+                                                      (int) size, must, a, b, dgx1_matrix[a][b]);
+                                }
+                }
+        /* The best sets: 0-2 NV1 + 0-3 NV2 + 2-3 NV2 beats the NUMA-only 0,1,2 (4 links). */
+        assert_preferred(r, "nvidia.com/gpu", all, STRV(H(0)), 3, NULL, H(0) "," H(2) "," H(3));
+        assert_preferred(r, "nvidia.com/gpu", all, NULL, 4, NULL, H(0) "," H(1) "," H(2) "," H(3));
+        assert_preferred(r, "nvidia.com/gpu", all, STRV(H(5)), 2, NULL, H(5) "," H(6));
+        /* GPU 1 with only 4, 5, 6 offered: its NV2 partner across the NUMA nodes, not GPU 4. */
+        assert_preferred(r, "nvidia.com/gpu", STRV(H(6), H(5), H(4), H(1)), STRV(H(1)), 2, NULL, H(1) "," H(5));
+        assert_preferred(r, "nvidia.com/gpu", STRV(H(0), H(2), H(4), H(6), H(7)), NULL, 3, NULL,
+                         H(4) "," H(6) "," H(7));
+}
+END_TEST
+
 START_TEST(test_preferred_replicas) {
         Config c = defaults();
         GpuInfo g[8];
@@ -1323,6 +1395,7 @@ static Suite *suite(void) {
         tcase_add_test(t, test_intel_beside_nvidia);
         tcase_add_test(t, test_preferred_8xh100);
         tcase_add_test(t, test_preferred_partial_topology);
+        tcase_add_test(t, test_preferred_dgx1_cube_mesh);
         tcase_add_test(t, test_preferred_replicas);
         tcase_add_test(t, test_preferred_mig_order);
         tcase_add_test(t, test_bounds);
