@@ -17,14 +17,17 @@
 # the GPU is a plain nvidia.com/gpu device and the slice resources are withdrawn. On an
 # H100 with MIG on, the same config starts no MPS (no command to the fake tools) and the
 # broker logs why. Under migStrategy mixed (and single) a GPU with MIG off is sliced the
-# same way: the same slices and answers.
+# same way: the same slices and answers. On GPU 3 of the 8x H100 (devices: ["3"]) the
+# compute mode goes to that GPU only (`nvidia-smi -i 3`), its daemon sees only its UUID,
+# so the limit is for device 0 there and in the container (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
+# "0=..."), with 81559 MiB: 2048M / 2 % and 4096M / 5 %; the other GPUs stay plain.
 
 import os
 import signal
 
 from harness import check, RES_I915, RES_XE, PROBE_BUS
 from kubelet_sim import socket_name_for
-from nvidia_sim import L40S, RES_GPU, yaml_config, wait_devices, run_cases
+from nvidia_sim import L40S, H100X8, RES_GPU, yaml_config, wait_devices, run_cases
 
 INTEL = [RES_I915, RES_XE]
 RES_2GB = 'nvidia.com/gpu-2gb'
@@ -51,18 +54,18 @@ def daemon(node):
     return mps_daemons(node).get(pipe_dir(node), {})
 
 
-def pipe_dir(node):
-    return os.path.join(node.tmp, 'run', 'probe', 'mps', L40S, 'pipe')
+def pipe_dir(node, gpu=L40S):
+    return os.path.join(node.tmp, 'run', 'probe', 'mps', gpu, 'pipe')
 
 
 def limit_commands(node):
     return [c for c in node.nvidia_commands() if c.startswith('nvidia-cuda-mps-control < set_default')]
 
 
-def check_slice(node, resource, slice_id, mib, pct):
+def check_slice(node, resource, slice_id, mib, pct, gpu=L40S):
     a = node.kubelet.plugin(resource).allocate([slice_id])
     envs = a['envs']
-    check(envs.get('NVIDIA_VISIBLE_DEVICES') == L40S, '%s: NVIDIA_VISIBLE_DEVICES %r' % (slice_id, envs))
+    check(envs.get('NVIDIA_VISIBLE_DEVICES') == gpu, '%s: NVIDIA_VISIBLE_DEVICES %r' % (slice_id, envs))
     check(envs.get('CUDA_MPS_PINNED_DEVICE_MEM_LIMIT') == '0=%dM' % mib,
           '%s: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT %r, expected 0=%dM' % (slice_id, envs, mib))
     check(envs.get('CUDA_MPS_ACTIVE_THREAD_PERCENTAGE') == str(pct),
@@ -70,8 +73,8 @@ def check_slice(node, resource, slice_id, mib, pct):
     container_pipe = envs.get('CUDA_MPS_PIPE_DIRECTORY')
     check(container_pipe and container_pipe.startswith('/'), '%s: CUDA_MPS_PIPE_DIRECTORY %r' % (slice_id, envs))
     mounts = {m['container_path']: (m['host_path'], m['read_only']) for m in a['mounts']}
-    check(mounts.get(container_pipe) == (pipe_dir(node), False),
-          '%s: pipe directory mount %r, expected %s -> %s rw' % (slice_id, mounts, pipe_dir(node), container_pipe))
+    check(mounts.get(container_pipe) == (pipe_dir(node, gpu), False),
+          '%s: pipe directory mount %r, expected %s -> %s rw' % (slice_id, mounts, pipe_dir(node, gpu), container_pipe))
     check(mounts.get('/dev/shm') == ('/dev/shm', False), '%s: /dev/shm mount %r' % (slice_id, mounts))
     check(set(envs) == {'NVIDIA_VISIBLE_DEVICES', 'CUDA_MPS_PIPE_DIRECTORY', 'CUDA_MPS_PINNED_DEVICE_MEM_LIMIT',
                         'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE'}, '%s: envs %r' % (slice_id, envs))
@@ -150,12 +153,33 @@ def mps_mixed(node):
     check_slice(node, RES_4GB, L40S + '::2', 4096, 8)
 
 
+def mps_gpu3(node):
+    g = H100X8[3]
+    wait_devices(node, RES_2GB, [g + '::0', g + '::1'], timeout=15)
+    wait_devices(node, RES_4GB, [g + '::2'], timeout=15)
+    wait_devices(node, RES_GPU, [x for i, x in enumerate(H100X8) if i != 3], timeout=15)
+    st = node.nvidia_state()
+    check(st.get('compute_mode') == {'3': 'Exclusive_Process'}, 'compute modes %r, expected GPU 3 only' % st)
+    cmds = node.nvidia_commands()
+    check('nvidia-smi -i 3 -c EXCLUSIVE_PROCESS' in cmds, 'no "nvidia-smi -i 3 -c EXCLUSIVE_PROCESS" in %r' % cmds)
+    daemons = mps_daemons(node)
+    check(list(daemons) == [pipe_dir(node, g)], 'MPS daemons %r, expected one at %s' % (list(daemons), pipe_dir(node, g)))
+    d = daemons[pipe_dir(node, g)]
+    check(d['running'] and d['visible'] == g, 'daemon %r' % d)
+    check(d['pinned_mem_limit'] == {'0': '2048M'} and float(d['active_thread_percentage']) == 2, 'limits %r' % d)
+    check_slice(node, RES_2GB, g + '::1', 2048, 2, gpu=g)
+    check_slice(node, RES_4GB, g + '::2', 4096, 5, gpu=g)
+
+
 CASES = [
     ('l40s, 2x 2 GB + 1x 4 GB', dict(nvidia_scenario='l40s', resources=INTEL + [RES_2GB, RES_4GB],
                                      config_extra=MPS), mps),
     ('l40s, migStrategy mixed, 2x 2 GB + 1x 4 GB',
      dict(nvidia_scenario='l40s', resources=INTEL + [RES_2GB, RES_4GB],
           config_extra=MPS.replace('migStrategy: none', 'migStrategy: mixed')), mps_mixed),
+    ('8xh100, slices on GPU 3 only', dict(nvidia_scenario='8xh100-nvlink', resources=INTEL + [RES_2GB, RES_4GB],
+                                          config_extra=MPS.replace('replicas:', 'devices: ["3"]\n      replicas:')),
+     mps_gpu3),
     ('h100 with MIG on: no MPS', dict(nvidia_scenario='h100-mig', resources=INTEL, config_extra=MPS), mig_gpu),
 ]
 
