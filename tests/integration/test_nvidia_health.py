@@ -10,7 +10,12 @@
 # nvidia.healthIntervalMs 1000, nvidia.healthRecoverPolls 2. Measured from the moment
 # the state file says "lost" to the ListAndWatch update: at most one interval plus 0.8 s
 # (the poll's own run time: the fake tools are python); recovery not before one interval
-# (two good polls are needed) and within three intervals plus 0.8 s.
+# (two good polls are needed) and within three intervals plus 0.8 s. The count is checked
+# on the fake's command log too: the ids come back after exactly healthRecoverPolls
+# --query-gpu polls started after the GPU came back (the clock bounds alone cannot tell
+# 2 from the default 3 on a slow machine). The first of them starts a full interval after
+# the poll that reported the loss, and the next one a full interval after the last, so the
+# count is exact.
 
 import time
 
@@ -22,6 +27,10 @@ INTERVAL = 1.0
 RECOVER = 2
 SLACK = 0.8
 HEALTH = 'nvidia:\n  healthIntervalMs: %d\n  healthRecoverPolls: %d\n' % (INTERVAL * 1000, RECOVER)
+
+
+def polls(node):
+    return sum(1 for c in node.nvidia_commands() if c.startswith('nvidia-smi') and '--query-gpu=' in c)
 
 
 def lose_and_recover(node, index, watched, lost_ids):
@@ -51,6 +60,7 @@ def lose_and_recover(node, index, watched, lost_ids):
         check(len(devs) == len(want), '%s: ids dropped instead of Unhealthy: %r' % (res, devs))
 
     t1 = time.monotonic()
+    polls_before = polls(node)
     node.nvidia_set_lost([])
     for res, want in watched.items():
         if not any(i in lost_ids for i in want):
@@ -63,6 +73,8 @@ def lose_and_recover(node, index, watched, lost_ids):
         check(delay >= (RECOVER - 1) * INTERVAL * 0.9,
               '%s: Healthy after %.3f s: fewer than %d good polls' % (res, delay, RECOVER))
         check(delay <= (RECOVER + 1) * INTERVAL + SLACK, '%s: recovery took %.3f s' % (res, delay))
+        n = polls(node) - polls_before
+        check(n == RECOVER, '%s: Healthy again after %d good polls, expected healthRecoverPolls %d' % (res, n, RECOVER))
 
 
 def h100x8(node):
