@@ -38,107 +38,191 @@ static int id_ref_cmp(const void *a, const void *b) {
         return x->record < y->record ? -1 : x->record > y->record ? 1 : 0;
 }
 
-int sharing_check(const Resources *r, const char *resource, const char *boot_id,
-                  const SharingRecord *records, size_t n_records,
-                  char ** const *requests, size_t n_requests, ResourceError *e) {
-        _cleanup_free_ const Gpu **gpus = NULL;
-        _cleanup_free_ uint32_t *holders = NULL;
-        _cleanup_free_ bool *relevant = NULL, *dead = NULL;
-        _cleanup_free_ IdRef *refs = NULL;
-        _cleanup_free_ Device *d = NULL;
-        uint32_t limit = resources_share_limit(r, resource);
-        size_t n_gpus = 0, total = 0, n_refs = 0, n_d;
+/* The GPUs one call touches, each with the number of its containers on it (a container
+ * counts once per GPU). */
+typedef struct CallGpus {
+        const Gpu **gpus;
+        uint32_t *holders;
+        size_t n;
+        Device *devices;
+        size_t n_devices;
+} CallGpus;
+
+static void call_gpus_done(CallGpus *c) {
+        c->gpus = mfree(c->gpus);
+        c->holders = mfree(c->holders);
+        c->devices = mfree(c->devices);
+}
+
+static int call_gpus(const Resources *r, const char *resource, char ** const *requests, size_t n_requests,
+                     CallGpus *c, ResourceError *e) {
+        size_t total = 0;
         int k;
 
-        if (limit == 0)
-                return 0;
         for (size_t i = 0; i < n_requests; i++)
                 total += strv_length(requests[i]);
-        k = resources_get_devices(r, resource, &d, &n_d);
+        k = resources_get_devices(r, resource, &c->devices, &c->n_devices);
         if (k < 0)
                 return resource_error_set(e, KGPU_ERROR_UNKNOWN_RESOURCE, k, "Cannot list devices of '%s'", resource);
-        gpus = calloc(total + 1, sizeof(Gpu *));
-        holders = calloc(total + 1, sizeof(uint32_t));
-        relevant = calloc(n_records + 1, sizeof(bool));
-        dead = calloc(n_records + 1, sizeof(bool));
-        if (!gpus || !holders || !relevant || !dead)
+        c->gpus = calloc(total + 1, sizeof(Gpu *));
+        c->holders = calloc(total + 1, sizeof(uint32_t));
+        if (!c->gpus || !c->holders)
                 return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
 
-        /* The call's containers: each counts once on each GPU it touches. */
         for (size_t i = 0; i < n_requests; i++) {
                 for (char * const *j = requests[i]; j && *j; j++) {
-                        const Device *dev = resources_find_device(d, n_d, *j);
+                        const Device *dev = resources_find_device(c->devices, c->n_devices, *j);
                         bool again = false;
                         size_t g;
 
                         if (!dev || !dev->gpu)
                                 continue;
                         for (char * const *p = requests[i]; p < j && !again; p++) {
-                                const Device *o = resources_find_device(d, n_d, *p);
+                                const Device *o = resources_find_device(c->devices, c->n_devices, *p);
 
                                 again = o && o->gpu == dev->gpu;
                         }
                         if (again)
                                 continue;
-                        for (g = 0; g < n_gpus && gpus[g] != dev->gpu; g++)
+                        for (g = 0; g < c->n && c->gpus[g] != dev->gpu; g++)
                                 ;
-                        if (g == n_gpus)
-                                gpus[n_gpus++] = dev->gpu;
-                        holders[g]++;
+                        if (g == c->n)
+                                c->gpus[c->n++] = dev->gpu;
+                        c->holders[g]++;
                 }
         }
-        if (n_gpus == 0)
+        return 0;
+}
+
+static int over_limit(const CallGpus *c, const char *resource, uint32_t limit, ResourceError *e) {
+        for (size_t g = 0; g < c->n; g++)
+                if (c->holders[g] > limit)
+                        return resource_error_set(e, KGPU_ERROR_EXHAUSTED, -EBUSY,
+                                                  "GPU %s of resource '%s' would be held by %" PRIu32
+                                                  " containers; at most %" PRIu32 " may share it "
+                                                  "(intel.sharedDevNum)",
+                                                  c->gpus[g]->info.id, resource, c->holders[g], limit);
+        return 0;
+}
+
+int sharing_check(const Resources *r, const char *resource, const char *boot_id,
+                  const SharingRecord *records, size_t n_records,
+                  char ** const *requests, size_t n_requests, ResourceError *e) {
+        _cleanup_(call_gpus_done) CallGpus c = {};
+        _cleanup_free_ bool *same = NULL, *dead = NULL;
+        _cleanup_free_ IdRef *refs = NULL;
+        uint32_t limit = resources_share_limit(r, resource);
+        size_t total = 0, n_refs = 0;
+        int k;
+
+        if (limit == 0)
                 return 0;
+        k = call_gpus(r, resource, requests, n_requests, &c, e);
+        if (k < 0)
+                return k;
+        if (c.n == 0)
+                return 0;
+        for (size_t i = 0; i < n_requests; i++)
+                total += strv_length(requests[i]);
 
-        /* Recorded allocations of this resource and boot that touch one of those GPUs. */
-        for (size_t a = 0; a < n_records; a++) {
-                const SharingRecord *rec = &records[a];
-
-                if (!streq_ptr(rec->resource, resource) ||
-                    (!isempty(boot_id) && !isempty(rec->boot_id) && !streq(boot_id, rec->boot_id)))
-                        continue;
-                for (char * const *i = rec->device_ids; i && *i && !relevant[a]; i++)
-                        for (size_t g = 0; g < n_gpus && !relevant[a]; g++)
-                                relevant[a] = id_on_gpu(*i, gpus[g]->info.id);
-                if (relevant[a])
-                        n_refs += strv_length(rec->device_ids);
-        }
-
-        /* Superseded: one of its ids went to a newer allocation or to this call. */
+        /* Superseded: one of its ids went to a newer allocation of the resource (of any
+         * boot, touching any GPU) or to this call. */
+        same = calloc(n_records + 1, sizeof(bool));
+        dead = calloc(n_records + 1, sizeof(bool));
+        if (!same || !dead)
+                return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
+        for (size_t a = 0; a < n_records; a++)
+                if (streq_ptr(records[a].resource, resource)) {
+                        same[a] = true;
+                        n_refs += strv_length(records[a].device_ids);
+                }
         refs = calloc(n_refs + total + 1, sizeof(IdRef));
         if (!refs)
                 return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
         n_refs = 0;
         for (size_t a = 0; a < n_records; a++)
-                for (char * const *i = relevant[a] ? records[a].device_ids : NULL; i && *i; i++)
+                for (char * const *i = same[a] ? records[a].device_ids : NULL; i && *i; i++)
                         refs[n_refs++] = (IdRef) { .id = *i, .record = a };
         for (size_t i = 0; i < n_requests; i++)
                 for (char * const *j = requests[i]; j && *j; j++)
                         refs[n_refs++] = (IdRef) { .id = *j, .record = n_records };
         qsort(refs, n_refs, sizeof(IdRef), id_ref_cmp);
         for (size_t i = 0; i + 1 < n_refs; i++)
-                if (streq(refs[i].id, refs[i + 1].id) && refs[i].record < n_records)
+                if (streq(refs[i].id, refs[i + 1].id) && refs[i].record < n_records &&
+                    refs[i + 1].record != refs[i].record)
                         dead[refs[i].record] = true;
 
+        /* Holders: live allocations of this boot (or an unknown one) on the call's GPUs. */
         for (size_t a = 0; a < n_records; a++) {
-                if (!relevant[a] || dead[a])
+                const SharingRecord *rec = &records[a];
+
+                if (!same[a] || dead[a] ||
+                    (!isempty(boot_id) && !isempty(rec->boot_id) && !streq(boot_id, rec->boot_id)))
                         continue;
-                for (size_t g = 0; g < n_gpus; g++)
-                        for (char * const *i = records[a].device_ids; i && *i; i++)
-                                if (id_on_gpu(*i, gpus[g]->info.id)) {
-                                        holders[g]++;
+                for (size_t g = 0; g < c.n; g++)
+                        for (char * const *i = rec->device_ids; i && *i; i++)
+                                if (id_on_gpu(*i, c.gpus[g]->info.id)) {
+                                        c.holders[g]++;
                                         break;
                                 }
         }
+        return over_limit(&c, resource, limit, e);
+}
 
-        for (size_t g = 0; g < n_gpus; g++)
-                if (holders[g] > limit)
-                        return resource_error_set(e, KGPU_ERROR_EXHAUSTED, -EBUSY,
-                                                  "GPU %s of resource '%s' would be held by %" PRIu32
-                                                  " containers; at most %" PRIu32 " may share it "
-                                                  "(intel.sharedDevNum)",
-                                                  gpus[g]->info.id, resource, holders[g], limit);
-        return 0;
+static int ptr_cmp(const void *a, const void *b) {
+        uintptr_t x = (uintptr_t) *(const void * const *) a, y = (uintptr_t) *(const void * const *) b;
+
+        return x < y ? -1 : x > y;
+}
+
+int sharing_check_index(const Holders *h, const Resources *r, const char *resource,
+                        char ** const *requests, size_t n_requests, ResourceError *e) {
+        _cleanup_(call_gpus_done) CallGpus c = {};
+        _cleanup_free_ const HolderRecord **replaced = NULL;
+        uint32_t limit = resources_share_limit(r, resource);
+        size_t total = 0, n_replaced = 0;
+        int k;
+
+        if (limit == 0)
+                return 0;
+        k = call_gpus(r, resource, requests, n_requests, &c, e);
+        if (k < 0)
+                return k;
+        if (c.n == 0)
+                return 0;
+        for (size_t i = 0; i < n_requests; i++)
+                total += strv_length(requests[i]);
+
+        /* The holders the call replaces: the live claimers of its ids, each once. */
+        replaced = calloc(total + 1, sizeof(HolderRecord *));
+        if (!replaced)
+                return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
+        for (size_t i = 0; i < n_requests; i++)
+                for (char * const *j = requests[i]; j && *j; j++) {
+                        const HolderRecord *rec;
+
+                        k = holders_live_claimer(h, resource, *j, &rec);
+                        if (k < 0)
+                                return resource_error_set(e, KGPU_ERROR_STATE, k, "Cannot look up holders: %s",
+                                                          strerror(-k));
+                        if (rec)
+                                replaced[n_replaced++] = rec;
+                }
+        qsort(replaced, n_replaced, sizeof(HolderRecord *), ptr_cmp);
+
+        for (size_t g = 0; g < c.n; g++) {
+                uint32_t n;
+
+                k = holders_count(h, resource, c.gpus[g]->info.id, &n);
+                if (k < 0)
+                        return resource_error_set(e, KGPU_ERROR_STATE, k, "Cannot look up holders: %s",
+                                                  strerror(-k));
+                for (size_t i = 0; i < n_replaced; i++)
+                        if ((i == 0 || replaced[i] != replaced[i - 1]) && holders_touches(replaced[i], c.gpus[g]->info.id))
+                                n--;
+                c.holders[g] += n;
+        }
+        return over_limit(&c, resource, limit, e);
 }
 
 typedef struct Collected {
@@ -200,10 +284,14 @@ static int collect_one(uint64_t id, const char *resource, char * const *device_i
 int sharing_check_store(Store *s, const Resources *r, const char *resource, const char *boot_id,
                         char ** const *requests, size_t n_requests, ResourceError *e) {
         _cleanup_(collected_done) Collected c = {};
+        const Holders *h;
         int k;
 
         if (resources_share_limit(r, resource) == 0)
                 return 0;
+        h = store_get_holders(s);
+        if (h)
+                return sharing_check_index(h, r, resource, requests, n_requests, e);
         k = store_foreach_allocation(s, 0, collect_one, &c);
         if (k < 0)
                 return resource_error_set(e, KGPU_ERROR_STATE, k, "Failed to read the state database: %s",

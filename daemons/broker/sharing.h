@@ -14,9 +14,11 @@
  *    deletes what PodResources no longer reports). Each container of the call counts
  *    once on each GPU it touches. If a GPU would get more than the limit, the call is
  *    refused with KGPU_ERROR_EXHAUSTED naming the GPU, the holders and the limit.
- *  - Pure: sharing_check() reads only its arguments. sharing_check_store() collects the
- *    store's allocations and calls it. O(A log A) in the ids of the allocations that
- *    touch the call's GPUs.
+ *  - Pure: sharing_check() reads only its arguments; O(A log A) in the ids of the
+ *    allocations of the resource. It is the reference: sharing_check_index() gives the
+ *    same answer from the store's holder index (holders.h) in O(ids of the call), and
+ *    sharing_check_store() uses the index, or, when the store has none (it could not be
+ *    built), collects the store's allocations and calls sharing_check().
  *  - Returns 0 (allowed), a negative errno with *e filled (refused or failed).
  */
 #pragma once
@@ -24,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "daemons/broker/holders.h"
 #include "daemons/broker/resources.h"
 #include "daemons/broker/store.h"
 
@@ -38,6 +41,9 @@ typedef struct SharingRecord {
 int sharing_check(const Resources *r, const char *resource, const char *boot_id,
                   const SharingRecord *records, size_t n_records,
                   char ** const *requests, size_t n_requests, ResourceError *e);
+
+int sharing_check_index(const Holders *h, const Resources *r, const char *resource,
+                        char ** const *requests, size_t n_requests, ResourceError *e);
 
 int sharing_check_store(Store *s, const Resources *r, const char *resource, const char *boot_id,
                         char ** const *requests, size_t n_requests, ResourceError *e);

@@ -20,6 +20,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "daemons/broker/holders.h"
 #include "daemons/broker/store.h"
 
 #define STORE_STRING_MAX 256    /* resource names, device ids, boot ids read back */
@@ -31,7 +32,6 @@ typedef enum StoreStatement {
         STMT_ROLLBACK,
         STMT_INSERT_ALLOCATION,
         STMT_INSERT_DEVICE,
-        STMT_LIST,
         STMT_LIST_ALL,
         STMT_DELETE_ALLOCATION,
         STMT_SET_HOLDER,
@@ -46,18 +46,12 @@ static const char * const statement_sql[_STMT_MAX] = {
                 "INSERT INTO allocations (resource, created_usec, boot_id) VALUES (?1, ?2, ?3)",
         [STMT_INSERT_DEVICE] =
                 "INSERT INTO allocation_devices (allocation_id, device_id) VALUES (?1, ?2)",
-        /* The newest ?1 allocations (-1: all), oldest first. */
-        [STMT_LIST] =
-                "SELECT a.id, a.resource, a.created_usec, a.boot_id, d.device_id "
-                "FROM (SELECT * FROM allocations ORDER BY id DESC LIMIT ?1) AS a "
-                "LEFT JOIN allocation_devices AS d ON d.allocation_id = a.id "
-                "ORDER BY a.id, d.rowid",
-        /* All of them, oldest first: scanned in rowid order, so only each allocation's
-         * few device rows are sorted. STMT_LIST with -1 sorted the whole join in a temp
-         * B-tree on every sharing check and reconcile (CPU and heap growing with the
-         * number of allocations). */
+        /* All of them, oldest first, read once at open into the store's copy (see
+         * StoreRow): scanned in rowid order, so only each allocation's few device rows
+         * are sorted. */
         [STMT_LIST_ALL] =
-                "SELECT a.id, a.resource, a.created_usec, a.boot_id, d.device_id "
+                "SELECT a.id, a.resource, a.created_usec, a.boot_id, d.device_id, "
+                "a.pod_namespace, a.pod_name, a.container_name "
                 "FROM allocations AS a "
                 "LEFT JOIN allocation_devices AS d ON d.allocation_id = a.id "
                 "ORDER BY a.id, d.rowid",
@@ -86,7 +80,9 @@ static const char schema_v1[] =
         "PRAGMA user_version = 1;";
 
 /* Schema v2: which live container holds each allocation, as the kubelet's PodResources
- * last reported it (reconciliation); "" and 0 until seen. */
+ * reported it (reconciliation); "" and 0 until seen. seen_usec is when that holder was
+ * first reported: a reconciliation writes only holders that changed, so that one that
+ * changes nothing commits nothing (no fsync before every shared Allocate). */
 static const char schema_v2[] =
         "ALTER TABLE allocations ADD COLUMN pod_namespace TEXT NOT NULL DEFAULT '';"
         "ALTER TABLE allocations ADD COLUMN pod_name TEXT NOT NULL DEFAULT '';"
@@ -119,6 +115,21 @@ static const char * const schema_steps[STORE_SCHEMA_VERSION] = {
         schema_v3,
 };
 
+/* One committed allocation as the broker knows it. The broker is the only writer of
+ * the database, so after the rows are read once at open, every commit updates this
+ * copy and nothing is read back from SQLite again (the sharing check and the
+ * reconciliation used to read every allocation on every call). */
+typedef struct StoreRow {
+        uint64_t id;
+        uint64_t created_usec;
+        char *resource;
+        char *boot_id;
+        char **device_ids;
+        char *pod_namespace;
+        char *pod_name;
+        char *container_name;
+} StoreRow;
+
 struct Store {
         sqlite3 *db;
         char *path;
@@ -127,6 +138,12 @@ struct Store {
         sqlite3_stmt *stmt[_STMT_MAX];
         StoreBeforeCommitFunc before_commit;
         void *before_commit_userdata;
+        /* The committed allocations by id; valid while rows_loaded. A copy that could not
+         * follow a commit (out of memory) is dropped and read again when next needed. */
+        StoreRow *rows;
+        size_t n_rows, allocated_rows;
+        bool rows_loaded;
+        Holders *holders;       /* index over rows for the sharing check; NULL: build anew */
 };
 
 static int sqlite_to_errno(int rc) {
@@ -340,6 +357,173 @@ static int store_write_meta(Store *s, const char *key, const char *value) {
         return rc == SQLITE_DONE ? 0 : (sqlite_to_errno(rc) ?: -EIO);
 }
 
+static void row_done(StoreRow *row) {
+        free(row->resource);
+        free(row->boot_id);
+        strv_free(row->device_ids);
+        free(row->pod_namespace);
+        free(row->pod_name);
+        free(row->container_name);
+        *row = (StoreRow) {};
+}
+
+static void rows_drop(Store *s) {
+        for (size_t i = 0; i < s->n_rows; i++)
+                row_done(&s->rows[i]);
+        s->rows = mfree(s->rows);
+        s->n_rows = s->allocated_rows = 0;
+        s->rows_loaded = false;
+        s->holders = holders_free(s->holders);
+}
+
+static StoreRow *rows_push(Store *s) {
+        if (s->n_rows == s->allocated_rows) {
+                size_t na = MAX(s->allocated_rows * 2, (size_t) 64);
+                StoreRow *v = reallocarray(s->rows, na, sizeof(StoreRow));
+
+                if (!v)
+                        return NULL;
+                s->rows = v;
+                s->allocated_rows = na;
+        }
+        s->rows[s->n_rows] = (StoreRow) {};
+        return &s->rows[s->n_rows++];
+}
+
+static StoreRow *rows_find(Store *s, uint64_t id) {
+        size_t lo = 0, hi = s->n_rows;
+
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+
+                if (s->rows[mid].id < id)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return lo < s->n_rows && s->rows[lo].id == id ? &s->rows[lo] : NULL;
+}
+
+/* The row being read is complete: kept if valid, else dropped (logged). */
+static void rows_close_last(Store *s, bool bad) {
+        StoreRow *row = s->n_rows > 0 ? &s->rows[s->n_rows - 1] : NULL;
+
+        if (!row)
+                return;
+        if (bad || strv_length(row->device_ids) == 0) {
+                log_debug("Skipping malformed allocation row %" PRIu64 ".", row->id);
+                row_done(row);
+                s->n_rows--;
+        }
+}
+
+/* Reads every allocation (rows failing validation are skipped). */
+static int rows_load(Store *s) {
+        sqlite3_stmt *st = s->stmt[STMT_LIST_ALL];
+        uint64_t cur = 0;
+        bool bad = false;
+        int rc, r = 0;
+
+        rows_drop(s);
+        for (;;) {
+                sqlite3_int64 id, created;
+                const char *resource, *boot_id, *device_id;
+                StoreRow *row;
+
+                rc = sqlite3_step(st);
+                if (rc != SQLITE_ROW)
+                        break;
+
+                id = sqlite3_column_int64(st, 0);
+                if (id <= 0 || (uint64_t) id < cur)
+                        continue;
+                if ((uint64_t) id != cur) {
+                        rows_close_last(s, bad);
+                        cur = (uint64_t) id;
+                        bad = false;
+                        row = rows_push(s);
+                        if (!row) {
+                                r = -ENOMEM;
+                                break;
+                        }
+                        row->id = cur;
+                        resource = column_text(st, 1);
+                        created = sqlite3_column_int64(st, 2);
+                        boot_id = column_text(st, 3);
+                        if (isempty(resource) || !boot_id || created < 0) {
+                                bad = true;
+                                continue;
+                        }
+                        row->created_usec = (uint64_t) created;
+                        row->resource = strdup(resource);
+                        row->boot_id = strdup(boot_id);
+                        row->pod_namespace = strdup(column_text(st, 5) ?: "");
+                        row->pod_name = strdup(column_text(st, 6) ?: "");
+                        row->container_name = strdup(column_text(st, 7) ?: "");
+                        if (!row->resource || !row->boot_id || !row->pod_namespace || !row->pod_name ||
+                            !row->container_name) {
+                                r = -ENOMEM;
+                                break;
+                        }
+                }
+                row = &s->rows[s->n_rows - 1];
+                if (bad || sqlite3_column_type(st, 4) == SQLITE_NULL)
+                        continue;       /* an allocation without devices: dropped when closed */
+                device_id = column_text(st, 4);
+                if (isempty(device_id) || strv_length(row->device_ids) >= STORE_IDS_MAX) {
+                        bad = true;
+                        continue;
+                }
+                r = strv_extend(&row->device_ids, device_id);
+                if (r < 0)
+                        break;
+        }
+        if (r >= 0 && rc != SQLITE_DONE)
+                r = sqlite_to_errno(rc) ?: -EIO;
+        sqlite3_reset(st);
+        if (r < 0) {
+                rows_drop(s);
+                return r;
+        }
+        rows_close_last(s, bad);
+        s->rows_loaded = true;
+        return 0;
+}
+
+static int rows_ensure(Store *s) {
+        return s->rows_loaded ? 0 : rows_load(s);
+}
+
+/* After a COMMIT that recorded it. On failure the copy is dropped (read again later). */
+static void rows_add(Store *s, uint64_t id, const char *resource, char * const *device_ids,
+                     uint64_t created_usec) {
+        StoreRow *row;
+
+        if (!s->rows_loaded)
+                return;
+        row = rows_push(s);
+        if (row) {
+                *row = (StoreRow) {
+                        .id = id,
+                        .created_usec = created_usec,
+                        .resource = strdup(resource),
+                        .boot_id = strdup(s->boot_id),
+                        .device_ids = strv_copy(device_ids),
+                        .pod_namespace = strdup(""),
+                        .pod_name = strdup(""),
+                        .container_name = strdup(""),
+                };
+                if (row->resource && row->boot_id && row->device_ids && row->pod_namespace && row->pod_name &&
+                    row->container_name) {
+                        if (s->holders && holders_add(s->holders, id, resource, device_ids, s->boot_id) < 0)
+                                s->holders = holders_free(s->holders);
+                        return;
+                }
+        }
+        log_debug("Out of memory following commit of allocation %" PRIu64 "; reading the state again later.", id);
+        rows_drop(s);
+}
+
 int store_open(const char *directory, const char *boot_id, Store **ret, char **ret_error) {
         _cleanup_(store_freep) Store *s = NULL;
         int64_t version = 0, n_objects = 0;
@@ -453,6 +637,11 @@ int store_open(const char *directory, const char *boot_id, Store **ret, char **r
                 return store_error(ret_error, r, s->path, "cannot record the boot id: %s",
                                    sqlite3_errmsg(s->db));
 
+        r = rows_load(s);
+        if (r < 0)
+                return store_error(ret_error, r, s->path, "cannot read the allocations: %s",
+                                   r == -ENOMEM ? strerror(-r) : sqlite3_errmsg(s->db));
+
         (void) sqlite3_db_config(s->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, NULL);
         log_debug("Opened %s (schema version %d, previous boot %s).", s->path, STORE_SCHEMA_VERSION,
                   isempty(s->previous_boot_id) ? "none" : s->previous_boot_id);
@@ -463,6 +652,7 @@ int store_open(const char *directory, const char *boot_id, Store **ret, char **r
 Store *store_free(Store *s) {
         if (!s)
                 return NULL;
+        rows_drop(s);
         for (size_t i = 0; i < _STMT_MAX; i++)
                 sqlite3_finalize(s->stmt[i]);
         sqlite3_close(s->db);
@@ -555,6 +745,8 @@ int store_allocate(Store *s, const char *resource, char ** const *requests, size
                 goto rollback;
 
         log_debug("Committed %zu allocation(s) of %s.", n_requests, resource);
+        for (size_t i = 0; i < n_requests; i++)
+                rows_add(s, ids[i], resource, requests[i], created_usec);
         if (ret_ids)
                 memcpy(ret_ids, ids, n_requests * sizeof(uint64_t));
         return 0;
@@ -567,127 +759,126 @@ rollback:
         return r;
 }
 
-typedef struct AllocationRow {
-        uint64_t id;
-        char *resource;
-        char *boot_id;
-        uint64_t created_usec;
-        char **device_ids;
-        size_t n_device_ids;
-        bool bad;
-} AllocationRow;
+const Holders *store_get_holders(Store *s) {
+        _cleanup_(holders_freep) Holders *h = NULL;
 
-static void allocation_row_done(AllocationRow *a) {
-        a->resource = mfree(a->resource);
-        a->boot_id = mfree(a->boot_id);
-        a->device_ids = strv_free(a->device_ids);
-        *a = (AllocationRow) {};
-}
-
-static int allocation_row_flush(AllocationRow *a, StoreAllocationFunc cb, void *userdata, size_t *n) {
-        int r = 0;
-
-        if (a->id == 0)
-                return 0;
-        if (!a->bad && a->n_device_ids > 0) {
-                r = cb(a->id, a->resource, a->device_ids, a->created_usec, a->boot_id, userdata);
-                (*n)++;
-        } else
-                log_debug("Skipping malformed allocation row %" PRIu64 ".", a->id);
-        allocation_row_done(a);
-        return r;
+        if (!s || rows_ensure(s) < 0)
+                return NULL;
+        if (s->holders)
+                return s->holders;
+        if (holders_new(s->boot_id, &h) < 0)
+                return NULL;
+        for (size_t i = 0; i < s->n_rows; i++)
+                if (holders_add(h, s->rows[i].id, s->rows[i].resource, s->rows[i].device_ids,
+                                s->rows[i].boot_id) < 0)
+                        return NULL;
+        s->holders = TAKE_PTR(h);
+        return s->holders;
 }
 
 int store_foreach_allocation(Store *s, size_t max, StoreAllocationFunc cb, void *userdata) {
-        sqlite3_stmt *st = s->stmt[max > 0 ? STMT_LIST : STMT_LIST_ALL];
-        AllocationRow cur = {};
-        size_t n = 0;
-        int rc, r = 0;
+        size_t first;
+        int r;
 
-        if (max > 0) {
-                rc = sqlite3_bind_int64(st, 1, (sqlite3_int64) MIN(max, (size_t) INT64_MAX));
-                if (rc != SQLITE_OK)
-                        return sqlite_to_errno(rc) ?: -EIO;
-        }
+        r = rows_ensure(s);
+        if (r < 0)
+                return r;
+        first = max > 0 && max < s->n_rows ? s->n_rows - max : 0;
+        for (size_t i = first; i < s->n_rows; i++) {
+                const StoreRow *row = &s->rows[i];
 
-        for (;;) {
-                sqlite3_int64 id, created;
-                const char *resource, *boot_id, *device_id;
-
-                rc = sqlite3_step(st);
-                if (rc != SQLITE_ROW)
-                        break;
-
-                id = sqlite3_column_int64(st, 0);
-                if (id <= 0)
-                        continue;
-                if ((uint64_t) id != cur.id) {
-                        r = allocation_row_flush(&cur, cb, userdata, &n);
-                        if (r < 0)
-                                goto finish;
-
-                        cur.id = (uint64_t) id;
-                        resource = column_text(st, 1);
-                        created = sqlite3_column_int64(st, 2);
-                        boot_id = column_text(st, 3);
-                        if (isempty(resource) || !boot_id || created < 0)
-                                cur.bad = true;
-                        else {
-                                cur.resource = strdup(resource);
-                                cur.boot_id = strdup(boot_id);
-                                if (!cur.resource || !cur.boot_id) {
-                                        r = -ENOMEM;
-                                        goto finish;
-                                }
-                                cur.created_usec = (uint64_t) created;
-                        }
-                }
-                if (cur.bad)
-                        continue;
-                if (sqlite3_column_type(st, 4) == SQLITE_NULL)
-                        continue;       /* an allocation without devices: skipped at flush */
-                device_id = column_text(st, 4);
-                if (isempty(device_id) || cur.n_device_ids >= STORE_IDS_MAX) {
-                        cur.bad = true;
-                        continue;
-                }
-                r = strv_extend(&cur.device_ids, device_id);
+                r = cb(row->id, row->resource, row->device_ids, row->created_usec, row->boot_id, userdata);
                 if (r < 0)
-                        goto finish;
-                cur.n_device_ids++;
+                        return r;
         }
-        if (rc != SQLITE_DONE) {
-                r = sqlite_to_errno(rc) ?: -EIO;
-                goto finish;
-        }
-        r = allocation_row_flush(&cur, cb, userdata, &n);
-
-finish:
-        allocation_row_done(&cur);
-        sqlite3_reset(st);
-        sqlite3_clear_bindings(st);
-        return r < 0 ? r : (int) MIN(n, (size_t) INT32_MAX);
+        return (int) MIN(s->n_rows - first, (size_t) INT32_MAX);
 }
 
 static int store_bind_text(sqlite3_stmt *st, int i, const char *v) {
         return sqlite3_bind_text(st, i, v ?: "", -1, SQLITE_STATIC) == SQLITE_OK ? 0 : -ENOMEM;
 }
 
+static bool holder_unchanged(const StoreRow *row, const StoreHolder *h) {
+        return streq(row->pod_namespace, h->pod_namespace ?: "") && streq(row->pod_name, h->pod_name ?: "") &&
+               streq(row->container_name, h->container_name ?: "");
+}
+
+/* The committed reconciliation, applied to the rows (and the holder index). */
+static void rows_reconciled(Store *s, const uint64_t *release, size_t n_release,
+                            const StoreHolder *holders, size_t n_holders) {
+        size_t kept = 0;
+
+        if (!s->rows_loaded)
+                return;
+        for (size_t i = 0; i < n_holders; i++) {
+                StoreRow *row = rows_find(s, holders[i].id);
+
+                if (!row)
+                        continue;
+                if (free_and_strdup(&row->pod_namespace, holders[i].pod_namespace ?: "") < 0 ||
+                    free_and_strdup(&row->pod_name, holders[i].pod_name ?: "") < 0 ||
+                    free_and_strdup(&row->container_name, holders[i].container_name ?: "") < 0) {
+                        rows_drop(s);
+                        return;
+                }
+        }
+        for (size_t i = 0; i < n_release; i++) {
+                StoreRow *row = rows_find(s, release[i]);
+
+                if (!row)
+                        continue;
+                if (s->holders && holders_remove(s->holders, row->id) < 0)
+                        s->holders = holders_free(s->holders);
+                /* Emptied but left in place (the id keeps the order for rows_find());
+                 * the compaction below drops rows without a resource. */
+                uint64_t id = row->id;
+                row_done(row);
+                row->id = id;
+        }
+        for (size_t i = 0; i < s->n_rows; i++)
+                if (s->rows[i].resource)
+                        s->rows[kept++] = s->rows[i];
+        s->n_rows = kept;
+}
+
 int store_reconcile(Store *s, const uint64_t *release, size_t n_release,
                     const StoreHolder *holders, size_t n_holders, uint64_t seen_usec) {
+        _cleanup_free_ uint64_t *del = NULL;
+        _cleanup_free_ const StoreHolder **set = NULL;
+        size_t n_del = 0, n_set = 0;
         sqlite3_stmt *st;
         int r;
 
         if (!s || (n_release > 0 && !release) || (n_holders > 0 && !holders))
                 return -EINVAL;
 
+        /* Only what changes: unknown ids and holders already recorded are left out, and a
+         * reconciliation that changes nothing writes nothing. Without the rows (they could
+         * not be read) everything is written, as unknown ids change nothing in SQL. */
+        del = calloc(n_release + 1, sizeof(uint64_t));
+        set = calloc(n_holders + 1, sizeof(StoreHolder *));
+        if (!del || !set)
+                return -ENOMEM;
+        (void) rows_ensure(s);
+        for (size_t i = 0; i < n_release; i++)
+                if (!s->rows_loaded || rows_find(s, release[i]))
+                        del[n_del++] = release[i];
+        for (size_t i = 0; i < n_holders; i++) {
+                const StoreRow *row = s->rows_loaded ? rows_find(s, holders[i].id) : NULL;
+
+                if (!s->rows_loaded || (row && !holder_unchanged(row, &holders[i])))
+                        set[n_set++] = &holders[i];
+        }
+        if (n_del == 0 && n_set == 0)
+                return 0;
+
         r = store_step_done(s, STMT_BEGIN);
         if (r < 0)
                 return r;
 
         st = s->stmt[STMT_DELETE_ALLOCATION];
-        for (size_t i = 0; i < n_release; i++) {
-                if (sqlite3_bind_int64(st, 1, (sqlite3_int64) MIN(release[i], (uint64_t) INT64_MAX)) != SQLITE_OK) {
+        for (size_t i = 0; i < n_del; i++) {
+                if (sqlite3_bind_int64(st, 1, (sqlite3_int64) MIN(del[i], (uint64_t) INT64_MAX)) != SQLITE_OK) {
                         r = -ENOMEM;
                         goto rollback;
                 }
@@ -697,11 +888,11 @@ int store_reconcile(Store *s, const uint64_t *release, size_t n_release,
         }
 
         st = s->stmt[STMT_SET_HOLDER];
-        for (size_t i = 0; i < n_holders; i++) {
-                if (sqlite3_bind_int64(st, 1, (sqlite3_int64) MIN(holders[i].id, (uint64_t) INT64_MAX)) != SQLITE_OK ||
-                    store_bind_text(st, 2, holders[i].pod_namespace) < 0 ||
-                    store_bind_text(st, 3, holders[i].pod_name) < 0 ||
-                    store_bind_text(st, 4, holders[i].container_name) < 0 ||
+        for (size_t i = 0; i < n_set; i++) {
+                if (sqlite3_bind_int64(st, 1, (sqlite3_int64) MIN(set[i]->id, (uint64_t) INT64_MAX)) != SQLITE_OK ||
+                    store_bind_text(st, 2, set[i]->pod_namespace) < 0 ||
+                    store_bind_text(st, 3, set[i]->pod_name) < 0 ||
+                    store_bind_text(st, 4, set[i]->container_name) < 0 ||
                     sqlite3_bind_int64(st, 5, (sqlite3_int64) MIN(seen_usec, (uint64_t) INT64_MAX)) != SQLITE_OK) {
                         sqlite3_reset(st);
                         sqlite3_clear_bindings(st);
@@ -722,7 +913,10 @@ int store_reconcile(Store *s, const uint64_t *release, size_t n_release,
         r = store_step_done(s, STMT_COMMIT);
         if (r < 0)
                 goto rollback;
-        log_debug("Reconciled: released %zu allocation(s), %zu held by live containers.", n_release, n_holders);
+        log_debug("Reconciled: released %zu allocation(s), %zu new holder(s) recorded.", n_del, n_set);
+        for (size_t i = 0; i < n_set; i++)
+                rows_reconciled(s, NULL, 0, set[i], 1);
+        rows_reconciled(s, del, n_del, NULL, 0);
         return 0;
 
 rollback:

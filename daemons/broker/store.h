@@ -16,7 +16,12 @@
  *    transaction (BEGIN IMMEDIATE ... COMMIT). It returns 0 only after COMMIT returned
  *    SQLITE_OK; on any failure the transaction is rolled back and nothing is visible.
  *  - store_reconcile() deletes released allocations and records the live holders of
- *    kept ones in ONE transaction, with the same all-or-nothing guarantee.
+ *    kept ones in ONE transaction, with the same all-or-nothing guarantee. What would
+ *    not change anything (unknown ids, a holder already recorded) is not written; a call
+ *    that changes nothing runs no transaction at all.
+ *  - The broker is the database's only writer: the allocations are read once at open
+ *    and kept in memory, and every commit updates that copy, so listing them reads no
+ *    SQL. store_get_holders() gives the index of them the sharing check uses.
  *  - Older schema versions are migrated step by step, each step one transaction.
  *  - Rows read back are validated (types, lengths, UTF-8); bad rows are skipped.
  *  - No logging above debug.
@@ -52,11 +57,16 @@ int store_allocate(Store *s, const char *resource, char ** const *requests, size
                    uint64_t created_usec, uint64_t *ret_ids);
 
 /* Calls cb for each of the newest max allocations (0: all) in id order, oldest first.
- * Rows that fail validation are skipped (and count against max). A negative return of
- * cb stops and is returned. Returns the number visited. */
+ * Rows that failed validation at open are not there. cb must not change the store. A
+ * negative return of cb stops and is returned. Returns the number visited. */
 typedef int (*StoreAllocationFunc)(uint64_t id, const char *resource, char * const *device_ids,
                                    uint64_t created_usec, const char *boot_id, void *userdata);
 int store_foreach_allocation(Store *s, size_t max, StoreAllocationFunc cb, void *userdata);
+
+/* The holder index of the committed allocations (holders.h), owned by the store and
+ * valid until its next change; NULL when it cannot be built (out of memory). */
+typedef struct Holders Holders;
+const Holders *store_get_holders(Store *s);
 
 /* Test hook: called inside the transaction of store_allocate() right before COMMIT;
  * a negative return aborts (rollback) with that error. */

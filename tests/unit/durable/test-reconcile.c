@@ -4,6 +4,7 @@
 
 #include <check.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include <sqlite3.h>
 
 #include "common/util.h"
+#include "daemons/broker/holders.h"
 #include "daemons/broker/reconcile.h"
 #include "daemons/broker/store.h"
 
@@ -228,6 +230,161 @@ START_TEST(test_store_reconcile) {
 }
 END_TEST
 
+static int count_commits(Store *s, void *userdata) {
+        (*(int *) userdata)++;
+        return 0;
+}
+
+/* A reconciliation that changes nothing (holders already recorded, unknown ids) runs no
+ * transaction: no fsync before every shared Allocate. A changed holder is written. */
+START_TEST(test_store_reconcile_writes_only_changes) {
+        _cleanup_free_ char *err = NULL;
+        _cleanup_(store_freep) Store *s = NULL;
+        char **req[3] = { ids_a, ids_b, ids_de };
+        uint64_t ids[3], seen = 0, unknown = 99999;
+        StoreHolder h = {}, set[2] = {
+                { .pod_namespace = (char *) "ns", .pod_name = (char *) "p1", .container_name = (char *) "c" },
+                { .pod_namespace = (char *) "ns", .pod_name = (char *) "p2", .container_name = (char *) "c" },
+        };
+        int commits = 0;
+
+        ck_assert_int_eq(store_open(dir, "boot", &s, &err), 0);
+        ck_assert_int_eq(store_allocate(s, "gpu.intel.com/i915", req, 3, NOW, ids), 0);
+        set[0].id = ids[0];
+        set[1].id = ids[1];
+        store_set_before_commit(s, count_commits, &commits);
+
+        ck_assert_int_eq(store_reconcile(s, NULL, 0, set, 2, NOW + 1), 0);
+        ck_assert_int_eq(commits, 1);
+        ck_assert_int_eq(store_reconcile(s, NULL, 0, set, 2, NOW + 2), 0);
+        ck_assert_int_eq(store_reconcile(s, &unknown, 1, set, 2, NOW + 3), 0);
+        ck_assert_int_eq(store_reconcile(s, NULL, 0, NULL, 0, NOW + 3), 0);
+        ck_assert_int_eq(commits, 1);
+        /* seen_usec: when this holder was first reported. */
+        ck_assert_int_eq(store_get_holder(s, ids[0], &h, &seen), 0);
+        ck_assert_uint_eq(seen, NOW + 1);
+        store_holder_done(&h);
+
+        /* Another container holds ids[1] now: written, with its time. */
+        set[1].pod_name = (char *) "p3";
+        ck_assert_int_eq(store_reconcile(s, NULL, 0, set, 2, NOW + 4), 0);
+        ck_assert_int_eq(commits, 2);
+        ck_assert_int_eq(store_get_holder(s, ids[1], &h, &seen), 0);
+        ck_assert_str_eq(h.pod_name, "p3");
+        ck_assert_uint_eq(seen, NOW + 4);
+        store_holder_done(&h);
+        ck_assert_int_eq(store_get_holder(s, ids[0], &h, &seen), 0);
+        ck_assert_uint_eq(seen, NOW + 1);
+        store_holder_done(&h);
+
+        /* Releasing writes; releasing it again does not. */
+        ck_assert_int_eq(store_reconcile(s, &ids[2], 1, set, 2, NOW + 5), 0);
+        ck_assert_int_eq(commits, 3);
+        ck_assert_int_eq(store_reconcile(s, &ids[2], 1, set, 2, NOW + 6), 0);
+        ck_assert_int_eq(commits, 3);
+        ck_assert_int_eq(store_foreach_allocation(s, 0, count_cb, NULL), 2);
+
+        /* The holders known in memory are the ones on disk: a reopened store writes
+         * nothing for them either. */
+        s = store_free(s);
+        ck_assert_int_eq(store_open(dir, "boot", &s, &err), 0);
+        store_set_before_commit(s, count_commits, &commits);
+        ck_assert_int_eq(store_reconcile(s, NULL, 0, set, 2, NOW + 7), 0);
+        ck_assert_int_eq(commits, 3);
+}
+END_TEST
+
+typedef struct Dump {
+        char text[65536];
+        size_t len;
+} Dump;
+
+static int dump_cb(uint64_t id, const char *resource, char * const *device_ids, uint64_t created_usec,
+                   const char *boot_id, void *userdata) {
+        Dump *d = userdata;
+        _cleanup_free_ char *ids = strv_join(device_ids, ",");
+        int n;
+
+        n = snprintf(d->text + d->len, sizeof(d->text) - d->len, "%" PRIu64 " %s %s %" PRIu64 " %s\n",
+                     id, resource, ids, created_usec, boot_id);
+        ck_assert_int_gt(n, 0);
+        ck_assert_uint_lt(d->len + (size_t) n, sizeof(d->text));
+        d->len += (size_t) n;
+        return 0;
+}
+
+/* The store's copy of the allocations and its holder index follow every commit: after
+ * random allocations, releases and holder changes (and failed commits), they equal what a
+ * freshly opened store reads from the file. */
+START_TEST(test_store_copy_follows_commits) {
+        _cleanup_free_ char *err = NULL;
+        _cleanup_(store_freep) Store *s = NULL;
+        static char *pool[] = { (char *) "0000:03:00.0", (char *) "0000:03:00.0-1", (char *) "0000:04:00.0-0",
+                                (char *) "0000:04:00.0-1", (char *) "x" };
+        uint64_t live[256];
+        size_t n_live = 0;
+        unsigned seed = 7;
+        int fails = 0;
+
+        ck_assert_int_eq(store_open(dir, "boot", &s, &err), 0);
+        for (int step = 0; step < 300; step++) {
+                Dump *mem = calloc(1, sizeof(Dump)), *disk = calloc(1, sizeof(Dump));
+                _cleanup_(store_freep) Store *t = NULL;
+                int what = rand_r(&seed) % 5;
+
+                ck_assert_ptr_nonnull(mem);
+                ck_assert_ptr_nonnull(disk);
+                if (what <= 2 || n_live == 0) {
+                        char *a[3] = { pool[rand_r(&seed) % 5], NULL, NULL };
+                        char *b[2] = { pool[rand_r(&seed) % 5], NULL };
+                        char **reqs[2] = { a, b };
+                        size_t n = 1 + (size_t) (rand_r(&seed) % 2);
+                        uint64_t got[2];
+
+                        if (rand_r(&seed) % 2 && !streq(a[0], pool[4]))
+                                a[1] = pool[4];
+                        if (rand_r(&seed) % 8 == 0) {
+                                store_set_before_commit(s, fail_commit, NULL);
+                                ck_assert_int_eq(store_allocate(s, "r", reqs, n, NOW + (uint64_t) step, got), -EIO);
+                                store_set_before_commit(s, NULL, NULL);
+                                fails++;
+                        } else {
+                                ck_assert_int_eq(store_allocate(s, rand_r(&seed) % 3 ? "r" : "q", reqs, n,
+                                                                NOW + (uint64_t) step, got), 0);
+                                for (size_t i = 0; i < n && n_live < 256; i++)
+                                        live[n_live++] = got[i];
+                        }
+                } else {
+                        /* One to three released at once (and a holder recorded). */
+                        uint64_t rel[3];
+                        size_t n_rel = 0, want = 1 + (size_t) (rand_r(&seed) % 3);
+                        StoreHolder hold = { .id = live[rand_r(&seed) % n_live], .pod_namespace = (char *) "ns",
+                                             .pod_name = (char *) (what == 3 ? "a" : "b"),
+                                             .container_name = (char *) "c" };
+
+                        while (n_rel < want && n_live > 0) {
+                                size_t k = (size_t) rand_r(&seed) % n_live;
+
+                                rel[n_rel++] = live[k];
+                                live[k] = live[--n_live];
+                        }
+                        ck_assert_int_eq(store_reconcile(s, rel, n_rel, &hold, 1, NOW), 0);
+                }
+
+                ck_assert_int_ge(store_foreach_allocation(s, 0, dump_cb, mem), 0);
+                ck_assert_uint_eq(holders_size(store_get_holders(s)),
+                                  (size_t) store_foreach_allocation(s, 0, count_cb, NULL));
+                ck_assert_int_eq(store_open(dir, "boot", &t, &err), 0);
+                ck_assert_int_ge(store_foreach_allocation(t, 0, dump_cb, disk), 0);
+                ck_assert_str_eq(mem->text, disk->text);
+                free(mem);
+                free(disk);
+        }
+        ck_assert_int_gt(fails, 0);
+        ck_assert_uint_gt(n_live, 0);
+}
+END_TEST
+
 START_TEST(test_store_migrates_v1) {
         _cleanup_free_ char *err = NULL;
         _cleanup_(store_freep) Store *s = NULL;
@@ -326,6 +483,8 @@ static Suite *reconcile_suite(void) {
         tcase_add_checked_fixture(tc, setup, teardown);
         tcase_add_test(tc, test_store_reconcile);
         tcase_add_test(tc, test_store_migrates_v1);
+        tcase_add_test(tc, test_store_reconcile_writes_only_changes);
+        tcase_add_test(tc, test_store_copy_follows_commits);
         tcase_add_test(tc, test_store_inventory);
         suite_add_tcase(s, tc);
         return s;

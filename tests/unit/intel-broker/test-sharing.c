@@ -157,6 +157,120 @@ START_TEST(test_sharing_lowered_to_one) {
 }
 END_TEST
 
+/* The holder index (holders.c, what the broker uses) against the reference scan
+ * (sharing_check) over random histories: allocations added and removed in any order,
+ * of two resources and three boots, with whole-GPU ids, shares, shares no longer
+ * advertised and ids of unknown GPUs; after every step random calls get the same
+ * answer, word for word, from both. */
+#define C "0000:05:00.0"
+
+static const char *random_id(unsigned *seed) {
+        static const char * const pool[] = {
+                A, B, C, A "-0", A "-1", A "-2", A "-7", B "-0", B "-1", B "-2", C "-0", C "-1",
+                "0000:99:00.0", "0000:99:00.0-1", "x-1", "-1",
+        };
+
+        return pool[rand_r(seed) % (sizeof(pool) / sizeof(pool[0]))];
+}
+
+static char **random_ids(unsigned *seed, size_t max) {
+        char **l = calloc(1, sizeof(char *));
+        size_t n = 1 + (size_t) rand_r(seed) % max;
+
+        ck_assert_ptr_nonnull(l);
+        for (size_t i = 0; i < n; i++) {
+                const char *id = random_id(seed);
+
+                if (!strv_contains(l, id))
+                        ck_assert_int_eq(strv_extend(&l, id), 0);
+        }
+        return l;
+}
+
+START_TEST(test_sharing_index_matches_scan) {
+        static const char * const boots[] = { "boot", "old", "" };
+        static const char * const res[] = { RESOURCE_INTEL_I915, RESOURCE_INTEL_XE };
+        unsigned seed = 12345;
+        size_t compared = 0, refused = 0;
+
+        for (int history = 0; history < 60; history++) {
+                _cleanup_(resources_freep) Resources *r = make(1 + (uint32_t) (history % 3));
+                _cleanup_(holders_freep) Holders *h = NULL;
+                SharingRecord recs[64];
+                char **owned[64];
+                uint64_t rec_ids[64];
+                size_t n = 0;
+                uint64_t next = 1;
+                GpuInfo c = { .id = (char *) C, .vendor = (char *) "intel", .driver = (char *) "i915",
+                              .card_node = (char *) "/dev/dri/card2", .healthy = true, .numa_node = -1 };
+
+                ck_assert_int_eq(resources_update_gpu(r, "/io/kgpu/Probe1/gpu/c", &c, NULL), 1);
+                ck_assert_int_eq(holders_new(history % 4 == 3 ? "" : "boot", &h), 0);
+                for (int step = 0; step < 80; step++) {
+                        if (n > 0 && (n == 64 || rand_r(&seed) % 4 == 0)) {
+                                size_t k = (size_t) rand_r(&seed) % n;
+
+                                ck_assert_int_eq(holders_remove(h, rec_ids[k]), 0);
+                                strv_free(owned[k]);
+                                memmove(recs + k, recs + k + 1, (n - k - 1) * sizeof(recs[0]));
+                                memmove(owned + k, owned + k + 1, (n - k - 1) * sizeof(owned[0]));
+                                memmove(rec_ids + k, rec_ids + k + 1, (n - k - 1) * sizeof(rec_ids[0]));
+                                n--;
+                        } else {
+                                owned[n] = random_ids(&seed, 3);
+                                recs[n] = (SharingRecord) { .resource = res[rand_r(&seed) % 4 == 0],
+                                                            .device_ids = owned[n],
+                                                            .boot_id = boots[rand_r(&seed) % 3] };
+                                next += 1 + (uint64_t) (rand_r(&seed) % 3);
+                                rec_ids[n] = next;
+                                ck_assert_int_eq(holders_add(h, next, recs[n].resource, owned[n], recs[n].boot_id), 0);
+                                n++;
+                        }
+                        ck_assert_uint_eq(holders_size(h), n);
+
+                        for (int call = 0; call < 4; call++) {
+                                char **reqs[3] = {};
+                                size_t n_reqs = 1 + (size_t) rand_r(&seed) % 3;
+                                ResourceError e1 = {}, e2 = {};
+                                int k1, k2;
+
+                                for (size_t i = 0; i < n_reqs; i++)
+                                        reqs[i] = random_ids(&seed, 2);
+                                k1 = sharing_check(r, RESOURCE_INTEL_I915, history % 4 == 3 ? "" : "boot",
+                                                   recs, n, reqs, n_reqs, &e1);
+                                k2 = sharing_check_index(h, r, RESOURCE_INTEL_I915, reqs, n_reqs, &e2);
+                                ck_assert_msg(k1 == k2, "history %d step %d: scan %d (%s), index %d (%s)",
+                                              history, step, k1, e1.message, k2, e2.message);
+                                ck_assert_str_eq(e1.message, e2.message);
+                                compared++;
+                                refused += k1 < 0;
+                                for (size_t i = 0; i < n_reqs; i++)
+                                        strv_free(reqs[i]);
+                        }
+                }
+                for (size_t i = 0; i < n; i++)
+                        strv_free(owned[i]);
+        }
+        /* Both outcomes were exercised, many times. */
+        ck_assert_uint_gt(refused, compared / 10);
+        ck_assert_uint_lt(refused, compared - compared / 10);
+}
+END_TEST
+
+/* A call replacing the holder of an id on another GPU: that holder is gone everywhere
+ * (the kubelet handed its id out again), on every GPU it touched. */
+START_TEST(test_sharing_superseded_elsewhere) {
+        _cleanup_(resources_freep) Resources *r = make(1);
+        Recs x = {};
+        ResourceError e;
+
+        /* The oldest (A-0 + B-0) lost B-0 to a newer allocation that is not on A. */
+        recs_parse(&x, A "-0," B "-0;" B "-0", "boot", RESOURCE_INTEL_I915);
+        ck_assert_int_eq(check_call(r, &x, A "-1", &e), 0);
+        recs_done(&x);
+}
+END_TEST
+
 static Suite *sharing_suite(void) {
         Suite *s = suite_create("sharing");
         TCase *tc = tcase_create("core");
@@ -164,6 +278,8 @@ static Suite *sharing_suite(void) {
         tcase_add_test(tc, test_sharing_limit);
         tcase_add_test(tc, test_sharing_superseded);
         tcase_add_test(tc, test_sharing_lowered_to_one);
+        tcase_add_test(tc, test_sharing_superseded_elsewhere);
+        tcase_add_test(tc, test_sharing_index_matches_scan);
         suite_add_tcase(s, tc);
         return s;
 }
