@@ -38,6 +38,14 @@ typedef struct Manager {
         uint64_t start_time;            /* CLOCK_REALTIME usec */
         char *boot_id;                  /* "" if unknown */
         uid_t grpc_uid;                 /* (uid_t) -1 if Config.grpc_user does not exist */
+        /* The uids of the last callers by unique bus name (broker-dbus.c): the bus never
+         * gives a unique name to a second connection, so an answer stays true, and
+         * Allocate does not wait for a GetConnectionCredentials round trip each time. */
+        struct {
+                char name[48];
+                uid_t uid;
+        } callers[8];
+        unsigned callers_next;
 
         /* Probe client (probe-client.c). */
         char *probe_owner;              /* unique name of io.kgpu.Probe1, NULL if none */
