@@ -32,17 +32,6 @@ void live_containers_free(LiveContainer *c, size_t n) {
         free(c);
 }
 
-void reconcile_allocations_free(ReconcileAllocation *a, size_t n) {
-        if (!a)
-                return;
-        for (size_t i = 0; i < n; i++) {
-                free(a[i].resource);
-                strv_free(a[i].device_ids);
-                free(a[i].boot_id);
-        }
-        free(a);
-}
-
 void reconcile_plan_done(ReconcilePlan *p) {
         p->release = mfree(p->release);
         p->holders = mfree(p->holders);
@@ -123,17 +112,22 @@ int reconcile_plan(const ReconcileAllocation *allocs, size_t n_allocs,
                         };
         qsort(keys, n_keys, sizeof(LiveKey), live_key_cmp);
 
-        /* Newest first, so the newest allocation of a reported id claims it. */
-        for (size_t i = 0; i < n_allocs; i++)
-                order[i] = &allocs[i];
-        qsort(order, n_allocs, sizeof(ReconcileAllocation *), id_cmp_desc);
+        /* Newest first, so the newest allocation of a reported id claims it. The store
+         * lists them oldest first: then reversing is enough. */
+        bool ascending = true;
+        for (size_t i = 0; i < n_allocs; i++) {
+                order[i] = &allocs[n_allocs - 1 - i];
+                ascending = ascending && (i == 0 || allocs[i - 1].id < allocs[i].id);
+        }
+        if (!ascending)
+                qsort(order, n_allocs, sizeof(ReconcileAllocation *), id_cmp_desc);
 
         for (size_t i = 0; i < n_allocs; i++) {
                 const ReconcileAllocation *a = order[i];
                 const LiveContainer *holder = NULL;
                 bool this_boot = isempty(boot_id) || streq_ptr(a->boot_id, boot_id);
 
-                for (char **d = a->device_ids; d && *d; d++) {
+                for (char * const *d = a->device_ids; d && *d; d++) {
                         size_t j = live_key_lower_bound(keys, n_keys, a->resource, *d);
 
                         for (; j < n_keys && live_key_cmp_parts(keys[j].resource, keys[j].device_id,
@@ -170,10 +164,11 @@ typedef struct Collect {
         size_t n, allocated;
 } Collect;
 
+/* Borrows the store's strings: they stay valid until the store changes, which happens
+ * only in store_reconcile() below, after the plan is made. */
 static int collect_allocation(uint64_t id, const char *resource, char * const *device_ids,
                               uint64_t created_usec, const char *boot_id, void *userdata) {
         Collect *c = userdata;
-        ReconcileAllocation *a;
 
         if (c->n >= c->allocated) {
                 size_t na = MAX(c->allocated * 2, (size_t) 64);
@@ -184,22 +179,35 @@ static int collect_allocation(uint64_t id, const char *resource, char * const *d
                 c->a = p;
                 c->allocated = na;
         }
-        a = &c->a[c->n];
-        *a = (ReconcileAllocation) {
+        c->a[c->n++] = (ReconcileAllocation) {
                 .id = id,
                 .created_usec = created_usec,
-                .resource = strdup(resource),
-                .boot_id = strdup(boot_id ?: ""),
-                .device_ids = strv_copy(device_ids),
+                .resource = resource,
+                .boot_id = boot_id ?: "",
+                .device_ids = device_ids,
         };
-        c->n++;         /* counted before the check, so that it is freed */
-        if (!a->resource || !a->boot_id || !a->device_ids)
-                return -ENOMEM;
         return 0;
+}
+
+/* The allocation with this id in allocs (ascending ids, as the store lists them). */
+static const ReconcileAllocation *find_allocation(const ReconcileAllocation *allocs, size_t n, uint64_t id) {
+        size_t lo = 0, hi = n;
+
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+
+                if (allocs[mid].id < id)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return lo < n && allocs[lo].id == id ? &allocs[lo] : NULL;
 }
 
 int reconcile_run(Manager *m, const LiveContainer *live, size_t n_live, ReconcilePlan *ret_plan) {
         _cleanup_(reconcile_plan_done) ReconcilePlan p = {};
+        _cleanup_strv_free_ char **released = NULL;
+        _cleanup_free_ ReconcileAllocation *a = NULL;
         Collect c = {};
         uint64_t now = now_usec(CLOCK_REALTIME);
         int r;
@@ -208,26 +216,32 @@ int reconcile_run(Manager *m, const LiveContainer *live, size_t n_live, Reconcil
                 return -ENXIO;
 
         r = store_foreach_allocation(m->store, 0, collect_allocation, &c);
+        a = c.a;
         if (r >= 0)
                 r = reconcile_plan(c.a, c.n, live, n_live, m->boot_id, now,
                                    (uint64_t) m->config->reconcile_grace_sec * UINT64_C(1000000), &p);
+        /* What is released, said once the commit made it true (the rows are gone then). */
+        for (size_t i = 0; r >= 0 && i < p.n_release; i++) {
+                const ReconcileAllocation *x = find_allocation(c.a, c.n, p.release[i]);
+                _cleanup_free_ char *ids = x ? strv_join(x->device_ids, ",") : NULL;
+                char *line = NULL;
+
+                if (!x)
+                        continue;
+                if (!ids || asprintf(&line, "Released allocation %" PRIu64 " (%s %s): no live container holds it%s.",
+                                     x->id, x->resource, ids,
+                                     !isempty(m->boot_id) && !streq(x->boot_id, m->boot_id) ?
+                                     " (made in another boot)" : "") < 0)
+                        r = -ENOMEM;
+                else
+                        r = strv_consume(&released, line);
+        }
         if (r >= 0)
                 r = store_reconcile(m->store, p.release, p.n_release, p.holders, p.n_holders, now);
-        if (r >= 0)
-                for (size_t i = 0; i < p.n_release; i++)
-                        for (size_t j = 0; j < c.n; j++)
-                                if (c.a[j].id == p.release[i]) {
-                                        _cleanup_free_ char *ids = strv_join(c.a[j].device_ids, ",");
-
-                                        log_info("Released allocation %" PRIu64 " (%s %s): no live container "
-                                                 "holds it%s.", c.a[j].id, c.a[j].resource, ids ?: "",
-                                                 !isempty(m->boot_id) && !streq(c.a[j].boot_id, m->boot_id) ?
-                                                 " (made in another boot)" : "");
-                                        break;
-                                }
-        reconcile_allocations_free(c.a, c.n);
         if (r < 0)
                 return r;
+        for (char **l = released; l && *l; l++)
+                log_info("%s", *l);
 
         log_debug("Reconciled %zu live container(s): %zu held, %zu young, %zu released.",
                   n_live, p.n_holders, p.n_young, p.n_release);

@@ -45,15 +45,14 @@ typedef struct LiveContainer {
 
 void live_containers_free(LiveContainer *c, size_t n);
 
+/* Strings borrowed (reconcile_run() points them into the store's copy). */
 typedef struct ReconcileAllocation {
         uint64_t id;
-        char *resource;
-        char **device_ids;
+        const char *resource;
+        char * const *device_ids;
         uint64_t created_usec;
-        char *boot_id;
+        const char *boot_id;
 } ReconcileAllocation;
-
-void reconcile_allocations_free(ReconcileAllocation *a, size_t n);
 
 typedef struct ReconcilePlan {
         uint64_t *release;              /* allocation ids to delete */

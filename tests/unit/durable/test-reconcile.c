@@ -69,19 +69,27 @@ START_TEST(test_plan_rules) {
                 L("gpu.intel.com/i915", (char *[]) { (char *) "e", NULL }, "p2"),
                 L("nvidia.com/gpu", ids_b, "p3"),       /* same id, other resource */
         };
-        _cleanup_(reconcile_plan_done) ReconcilePlan p = {};
+        /* In id order (as the store lists them), and in any other order. */
+        static const size_t orders[][6] = { { 0, 1, 2, 3, 4, 5 }, { 3, 0, 5, 1, 4, 2 }, { 5, 4, 3, 2, 1, 0 } };
 
-        ck_assert_int_eq(reconcile_plan(allocs, ELEMENTSOF(allocs), live, ELEMENTSOF(live), "boot", NOW, GRACE, &p), 0);
-        ck_assert(released(&p, 1));
-        ck_assert(released(&p, 2));
-        ck_assert(!released(&p, 3));
-        ck_assert_ptr_null(holder(&p, 3));
-        ck_assert_str_eq(holder(&p, 4), "p1");
-        ck_assert(released(&p, 5));
-        ck_assert_str_eq(holder(&p, 6), "p2");
-        ck_assert_uint_eq(p.n_release, 3);
-        ck_assert_uint_eq(p.n_holders, 2);
-        ck_assert_uint_eq(p.n_young, 1);
+        for (size_t o = 0; o < ELEMENTSOF(orders); o++) {
+                _cleanup_(reconcile_plan_done) ReconcilePlan p = {};
+                ReconcileAllocation in[ELEMENTSOF(allocs)];
+
+                for (size_t i = 0; i < ELEMENTSOF(allocs); i++)
+                        in[i] = allocs[orders[o][i]];
+                ck_assert_int_eq(reconcile_plan(in, ELEMENTSOF(in), live, ELEMENTSOF(live), "boot", NOW, GRACE, &p), 0);
+                ck_assert(released(&p, 1));
+                ck_assert(released(&p, 2));
+                ck_assert(!released(&p, 3));
+                ck_assert_ptr_null(holder(&p, 3));
+                ck_assert_str_eq(holder(&p, 4), "p1");
+                ck_assert(released(&p, 5));
+                ck_assert_str_eq(holder(&p, 6), "p2");
+                ck_assert_uint_eq(p.n_release, 3);
+                ck_assert_uint_eq(p.n_holders, 2);
+                ck_assert_uint_eq(p.n_young, 1);
+        }
 }
 END_TEST
 
