@@ -74,9 +74,9 @@ int reconcile_plan(const ReconcileAllocation *allocs, size_t n_allocs,
 /* Loads every allocation from m->store, plans and applies; logs. -ENXIO without store. */
 int reconcile_run(Manager *m, const LiveContainer *live, size_t n_live, ReconcilePlan *ret_plan);
 
-/* Broker1.HolderDependentResources: resources whose Allocate/GetPreferredAllocation answer
- * depends on the current holders (shared: a sharing limit above 1), so grpcd reconciles
- * right before forwarding those calls. Changes come with ResourcesChanged. */
+/* Broker1.HolderDependentResources: resources whose Allocate may be refused because of
+ * the current holders (shared: a sharing limit above 1); informational (grpcd reconciles
+ * after any Exhausted refusal). Changes come with ResourcesChanged. */
 int reconcile_property_holder_dependent(sd_bus *bus, const char *path, const char *interface,
                                         const char *property, sd_bus_message *reply, void *userdata,
                                         sd_bus_error *error);

@@ -130,8 +130,6 @@ static int on_list_resources_reply(sd_bus_message *reply, void *userdata, sd_bus
                 }
                 p->seen = true;
                 (void) plugin_set_options(p, pre_start, preferred);
-                if (n == 1 && m->pod_resources)
-                        (void) pod_resources_refresh_policy(m->pod_resources);
                 r = broker_client_get_devices(p);
                 if (r < 0)
                         log_warning_errno(r, "Failed to ask for the devices of %s, ignoring: %m", name);
@@ -257,8 +255,6 @@ static int on_resources_changed(sd_bus_message *msg, void *userdata, sd_bus_erro
                         break;
                 if (++n > GRPCD_RESOURCES_MAX)
                         goto relist;
-                if (n == 1 && m->pod_resources)
-                        (void) pod_resources_refresh_policy(m->pod_resources);
                 p = manager_find_plugin(m, name);
                 if (!p) {
                         /* A resource appeared (or one we never knew went away). */
@@ -416,12 +412,17 @@ int broker_client_get_devices(Plugin *p) {
 }
 
 typedef struct Forward {
-        Manager *manager;               /* for a call deferred until reconciled */
-        sd_bus_message *req;            /* the deferred call */
+        Manager *manager;
         GrpcCall *call;
         BrokerForwardKind kind;
         size_t n_containers;
         uint32_t timeout_ms;
+        /* An Allocate of a shared resource refused as over its sharing limit is asked
+         * again once, after a reconciliation: the resource name and the request. */
+        char *resource;
+        uint8_t *request;
+        size_t request_len;
+        bool retried;
 } Forward;
 
 static void forward_free(void *userdata) {
@@ -430,9 +431,13 @@ static void forward_free(void *userdata) {
         if (!f)
                 return;
         grpc_call_unref(f->call);
-        sd_bus_message_unref(f->req);
+        free(f->resource);
+        free(f->request);
         free(f);
 }
+
+static int forward_start(Manager *m, Forward *f);
+static void on_retry_synced(int result, void *userdata);
 
 static const char *const forward_member[] = {
         [BROKER_FORWARD_ALLOCATE] = "Allocate",
@@ -464,6 +469,29 @@ static int on_forward_reply(sd_bus_message *reply, void *userdata, sd_bus_error 
                                      e->message ?: "no message", e->name);
                 if (r < 0)
                         text = NULL;
+                /* Over a sharing limit as far as the broker knows: it may count a
+                 * container that has ended. Ask the kubelet who holds what, let the
+                 * broker release the rest, and ask once more. A reconciliation only ever
+                 * releases, so an Allocate admitted without one would be admitted after
+                 * one too: only refusals wait for the kubelet. */
+                if (f->resource && !f->retried && sd_bus_error_has_name(e, KGPU_ERROR_EXHAUSTED) &&
+                    f->manager->pod_resources) {
+                        Forward *again = calloc(1, sizeof(Forward));
+
+                        if (again) {
+                                *again = *f;
+                                again->call = grpc_call_ref(f->call);
+                                again->retried = true;
+                                f->resource = NULL;
+                                f->request = NULL;
+                                if (pod_resources_sync(f->manager->pod_resources, on_retry_synced, again) >= 0) {
+                                        log_debug("%s: %s; reconciling with the kubelet and asking again.",
+                                                  grpc_call_get_method(f->call), e->message ?: e->name);
+                                        return 0;
+                                }
+                                forward_free(again);
+                        }
+                }
                 log_debug("%s: %s", grpc_call_get_method(f->call), text ?: e->name);
                 (void) grpc_call_finish(f->call, status, text ?: e->name);
                 return 0;
@@ -497,77 +525,79 @@ static int on_forward_reply(sd_bus_message *reply, void *userdata, sd_bus_error 
 }
 
 static int forward_send(Manager *m, sd_bus_message *req, Forward *f);
-static void on_forward_synced(int result, void *userdata);
+
+/* Builds the broker call from the kubelet's request and sends it; f is consumed. */
+static int forward_start(Manager *m, Forward *f) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *req = NULL;
+        const char *reason = NULL;
+        int r;
+
+        if (!m->broker_present) {
+                r = grpc_call_finish(f->call, GRPC_STATUS_UNAVAILABLE, "kgpu-brokerd (io.kgpu.Broker1) is not running");
+                forward_free(f);
+                return r;
+        }
+        r = broker_new_call(m, forward_member[f->kind], &req);
+        if (r >= 0)
+                r = sd_bus_message_append(req, "s", f->resource);
+        if (r >= 0)
+                switch (f->kind) {
+                case BROKER_FORWARD_ALLOCATE:
+                        r = grpcd_allocate_request_to_bus(f->request, f->request_len, req, &f->n_containers, &reason);
+                        break;
+                case BROKER_FORWARD_PREFERRED:
+                        r = grpcd_preferred_request_to_bus(f->request, f->request_len, req, &f->n_containers, &reason);
+                        break;
+                case BROKER_FORWARD_PRESTART:
+                        r = grpcd_prestart_request_to_bus(f->request, f->request_len, req, &reason);
+                        break;
+                }
+        if (r == -EBADMSG || r == -EINVAL) {
+                r = grpc_call_finish(f->call, GRPC_STATUS_INVALID_ARGUMENT, reason ?: "invalid request");
+                forward_free(f);
+                return r;
+        }
+        if (r < 0) {
+                log_debug_errno(r, "Failed to build the %s call: %m", forward_member[f->kind]);
+                r = grpc_call_finish(f->call, GRPC_STATUS_INTERNAL, "internal error building the broker call");
+                forward_free(f);
+                return r;
+        }
+        /* Only an Allocate is asked again (on_forward_reply()), once. */
+        if (f->kind != BROKER_FORWARD_ALLOCATE || f->retried) {
+                f->resource = mfree(f->resource);
+                f->request = mfree(f->request);
+        }
+        return forward_send(m, req, f);
+}
 
 int broker_client_forward(Plugin *p, GrpcCall *call, BrokerForwardKind kind,
                           const uint8_t *msg, size_t len) {
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *req = NULL;
         Manager *m = p->manager;
-        const char *reason = NULL;
-        size_t n_containers = 0;
         Forward *f;
-        int r;
 
         if ((unsigned) kind >= ELEMENTSOF(forward_member))
                 return -EINVAL;
 
-        if (!m->broker_present)
-                return grpc_call_finish(call, GRPC_STATUS_UNAVAILABLE,
-                                        "kgpu-brokerd (io.kgpu.Broker1) is not running");
-
-        r = broker_new_call(m, forward_member[kind], &req);
-        if (r < 0)
-                goto internal;
-        r = sd_bus_message_append(req, "s", p->resource);
-        if (r < 0)
-                goto internal;
-
-        switch (kind) {
-        case BROKER_FORWARD_ALLOCATE:
-                r = grpcd_allocate_request_to_bus(msg, len, req, &n_containers, &reason);
-                break;
-        case BROKER_FORWARD_PREFERRED:
-                r = grpcd_preferred_request_to_bus(msg, len, req, &n_containers, &reason);
-                break;
-        case BROKER_FORWARD_PRESTART:
-                r = grpcd_prestart_request_to_bus(msg, len, req, &reason);
-                break;
-        }
-        if (r == -EBADMSG || r == -EINVAL)
-                return grpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
-                                        reason ?: "invalid request");
-        if (r < 0)
-                goto internal;
-
         f = calloc(1, sizeof(*f));
-        if (!f) {
-                r = -ENOMEM;
-                goto internal;
+        if (f) {
+                *f = (Forward) {
+                        .manager = m,
+                        .call = grpc_call_ref(call),
+                        .kind = kind,
+                        .timeout_ms = (uint32_t) (broker_timeout_usec(m) / 1000),
+                        .resource = strdup(p->resource),
+                        .request = malloc(len ?: 1),
+                        .request_len = len,
+                };
+                if (f->resource && f->request) {
+                        if (len > 0)
+                                memcpy(f->request, msg, len);
+                        return forward_start(m, f);
+                }
+                forward_free(f);
         }
-        *f = (Forward) {
-                .call = grpc_call_ref(call),
-                .kind = kind,
-                .n_containers = n_containers,
-                .timeout_ms = (uint32_t) (broker_timeout_usec(m) / 1000),
-        };
-
-        /* An answer that depends on who holds the devices now (shared resources): ask the
-         * kubelet first, so that the broker decides on live data (podresources.c). */
-        if (kind != BROKER_FORWARD_PRESTART && m->pod_resources &&
-            strv_contains(m->holder_dependent, p->resource)) {
-                f->manager = m;
-                f->req = sd_bus_message_ref(req);
-                r = pod_resources_sync(m->pod_resources, on_forward_synced, f);
-                if (r >= 0)
-                        return 0;
-                f->req = sd_bus_message_unref(f->req);
-                log_debug_errno(r, "Cannot reconcile before %s, asking the broker anyway: %m",
-                                forward_member[kind]);
-        }
-        return forward_send(m, req, f);
-
-internal:
-        log_debug_errno(r, "Failed to build the %s call: %m", forward_member[kind]);
+        log_debug("Out of memory forwarding %s.", forward_member[kind]);
         return grpc_call_finish(call, GRPC_STATUS_INTERNAL, "internal error building the broker call");
 }
 
@@ -598,9 +628,8 @@ static int forward_send(Manager *m, sd_bus_message *req, Forward *f) {
         return 0;
 }
 
-static void on_forward_synced(int result, void *userdata) {
+static void on_retry_synced(int result, void *userdata) {
         Forward *f = userdata;
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *req = TAKE_PTR(f->req);
 
         if (result == -ECANCELED) {     /* shutting down */
                 (void) grpc_call_finish(f->call, GRPC_STATUS_UNAVAILABLE, "kgpu-grpcd is stopping");
@@ -608,11 +637,11 @@ static void on_forward_synced(int result, void *userdata) {
                 return;
         }
         if (result < 0)
-                log_debug("Reconciliation before %s failed (%s), asking the broker anyway.",
-                          forward_member[f->kind], strerror(-result));
+                log_debug("Reconciliation after a refused Allocate failed (%s), asking the broker again anyway.",
+                          strerror(-result));
         if (!grpc_call_is_open(f->call)) {
                 forward_free(f);
                 return;
         }
-        (void) forward_send(f->manager, req, f);
+        (void) forward_start(f->manager, f);        /* f->retried: a second refusal is the answer */
 }

@@ -107,7 +107,6 @@ Manager *manager_free(Manager *m) {
 
         free(m->kubelet_socket);
         free(m->kubelet_socket_name);
-        strv_free(m->holder_dependent);
         config_free(m->config);
         sd_event_unref(m->event);
         return mfree(m);

@@ -55,8 +55,6 @@ typedef struct Manager {
         struct PodResourcesClient *pod_resources;
         /* The command line of the start, for SIGHUP reloads (reload.c); NULL in tests. */
         const struct DaemonArgs *args;
-        /* Broker1.HolderDependentResources: reconcile before Allocate/GetPreferredAllocation. */
-        char **holder_dependent;
 
         unsigned last_status_registered;
         bool status_sent;

@@ -50,7 +50,6 @@ struct PodResourcesClient {
 
         uint64_t rounds_ok, rounds_failed;
         bool unreachable_logged;
-        sd_bus_slot *policy_slot;       /* Get(HolderDependentResources) */
 };
 
 static void waiters_run(Waiter *w, size_t n, int r) {
@@ -313,7 +312,6 @@ PodResourcesClient *pod_resources_client_free(PodResourcesClient *c) {
                 return NULL;
         c->list_call = grpc_client_call_cancel(c->list_call);
         c->reconcile_slot = sd_bus_slot_unref(c->reconcile_slot);
-        c->policy_slot = sd_bus_slot_unref(c->policy_slot);
         c->timer = sd_event_source_disable_unref(c->timer);
         c->kick = sd_event_source_disable_unref(c->kick);
         waiters_run(TAKE_PTR(c->current), c->n_current, -ECANCELED);
@@ -362,40 +360,3 @@ uint64_t pod_resources_rounds_failed(const PodResourcesClient *c) {
         return c->rounds_failed;
 }
 
-static int on_policy_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
-        PodResourcesClient *c = userdata;
-        Manager *m = c->manager;
-        char **l = NULL;
-        int r;
-
-        c->policy_slot = sd_bus_slot_unref(c->policy_slot);
-        if (sd_bus_message_is_method_error(reply, NULL)) {
-                log_debug("Get(HolderDependentResources) failed: %s", sd_bus_message_get_error(reply)->message);
-                return 0;       /* keep what we had */
-        }
-        r = sd_bus_message_enter_container(reply, 'v', "as");
-        if (r > 0)
-                r = sd_bus_message_read_strv(reply, &l);
-        if (r <= 0) {
-                log_debug_errno(r, "Malformed HolderDependentResources, ignoring: %m");
-                return 0;
-        }
-        if (strv_length(l) > 4096) {
-                strv_free(l);
-                return 0;
-        }
-        strv_free(m->holder_dependent);
-        m->holder_dependent = l;
-        return 0;
-}
-
-int pod_resources_refresh_policy(PodResourcesClient *c) {
-        Manager *m = c->manager;
-
-        c->policy_slot = sd_bus_slot_unref(c->policy_slot);
-        if (!m->bus)
-                return 0;
-        return sd_bus_call_method_async(m->bus, &c->policy_slot, KGPU_BROKER_BUS_NAME, KGPU_BROKER_PATH,
-                                        "org.freedesktop.DBus.Properties", "Get", on_policy_reply, c, "ss",
-                                        KGPU_BROKER_INTERFACE, "HolderDependentResources");
-}

@@ -7,7 +7,9 @@
  * (deadline Config.register_timeout_ms) and sends every reported (resource, device ids,
  * namespace, pod, container) to the broker, which releases what no live container
  * holds. A round runs when the broker appears on the bus, every
- * Config.reconcile_interval_sec (0: only then) and on demand (pod_resources_sync()).
+ * Config.reconcile_interval_sec (0: only then) and on demand (pod_resources_sync(): on
+ * SIGHUP, and when the broker refuses an Allocate as over a sharing limit, before it is
+ * asked once more; broker-client.c).
  * A round that cannot get a complete answer (kubelet unreachable, malformed reply,
  * more than the broker's bounds) sends nothing: releasing on partial data would lose
  * allocations. One round at a time; a request during a round queues one more.
@@ -32,10 +34,6 @@ int pod_resources_client_start(PodResourcesClient *c);
 /* Requests a round soon; done (may be NULL) is called when a round that started after
  * this call ends. */
 int pod_resources_sync(PodResourcesClient *c, PodResourcesDone done, void *userdata);
-
-/* Reads Broker1.HolderDependentResources into Manager.holder_dependent (asynchronously);
- * Allocate and GetPreferredAllocation of those resources wait for a round first. */
-int pod_resources_refresh_policy(PodResourcesClient *c);
 
 /* Counters for tests and status. */
 uint64_t pod_resources_rounds_ok(const PodResourcesClient *c);
