@@ -5,8 +5,9 @@
  *
  * Contract:
  *  - What to ask comes from resources_nvidia_mps_requests() (nvidia.h: per GPU under
- *    MPS the smallest slice's limits; SetMps(false) for a GPU whose MpsState is not ""
- *    while the config puts no MPS on it).
+ *    MPS the largest slice's limits, which each client's own limits narrow;
+ *    SetMps(false) for a GPU whose MpsState is not "" while the config puts no MPS on
+ *    it).
  *  - mps_client_sync() compares those requests with what it last asked the probe for,
  *    per GPU object, and sends SetMps (asynchronously, never blocking the broker) where
  *    they differ. force (the probe (re)appeared on the bus, a reload) forgets what was

@@ -84,12 +84,15 @@ typedef struct NvidiaResource {
         size_t start, n;        /* range in devices */
 } NvidiaResource;
 
-/* Per NVIDIA GPU in GPU order: its MPS plan. */
+/* Per NVIDIA GPU in GPU order: its MPS plan. The control daemon's defaults are the
+ * LARGEST slice's limits on the GPU: a client's own CUDA_MPS_* variables only narrow
+ * the daemon's setting (NVIDIA's MPS documentation: a lower daemon setting is obeyed),
+ * so a smaller default would cap the larger slices. */
 typedef struct NvidiaGpuPlan {
         size_t gpu;
         bool mps;
-        uint64_t min_memory_bytes;
-        uint32_t min_percentage;
+        uint64_t max_memory_bytes;
+        uint32_t max_percentage;
 } NvidiaGpuPlan;
 
 typedef struct NvidiaTable {
@@ -570,8 +573,8 @@ static int unit_devices(Builder *b, size_t unit, const char *base, NvidiaGpuPlan
         }
 
         if (n_mps > 0) {
-                uint64_t total = 0, min_mem = UINT64_MAX;
-                uint32_t replica = 0, min_pct = UINT32_MAX;
+                uint64_t total = 0, max_mem = 0;
+                uint32_t replica = 0, max_pct = 0;
                 bool ok = g->memory_bytes > 0;
 
                 if (!ok)
@@ -602,14 +605,15 @@ static int unit_devices(Builder *b, size_t unit, const char *base, NvidiaGpuPlan
                                 k = device_add(b, mps[i]->resource, unit, u->uuid, replica++, SHARING_MPS, mem, pct);
                                 if (k < 0)
                                         return k;
+                                /* Only slices that exist (not cut above) count. */
+                                max_mem = MAX(max_mem, mem);
+                                max_pct = MAX(max_pct, pct);
                         }
-                        min_mem = MIN(min_mem, mem);
-                        min_pct = MIN(min_pct, pct);
                 }
                 if (ok) {
                         plan->mps = true;
-                        plan->min_memory_bytes = min_mem;
-                        plan->min_percentage = min_pct;
+                        plan->max_memory_bytes = max_mem;
+                        plan->max_percentage = max_pct;
                         return 0;
                 }
         }
@@ -1386,8 +1390,8 @@ int resources_nvidia_mps_requests(const Resources *r, NvidiaMpsRequest **ret, si
                         continue;
                 l[n] = (NvidiaMpsRequest) {
                         .enabled = p->mps,
-                        .pinned_memory_bytes = p->mps ? p->min_memory_bytes : 0,
-                        .active_thread_percentage = p->mps ? p->min_percentage : 0,
+                        .pinned_memory_bytes = p->mps ? p->max_memory_bytes : 0,
+                        .active_thread_percentage = p->mps ? p->max_percentage : 0,
                 };
                 l[n].gpu_id = strdup(g->id);
                 if (!l[n].gpu_id) {

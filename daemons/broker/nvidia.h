@@ -113,8 +113,12 @@ int resources_allocate_envs(const Resources *r, const char *resource, char * con
 
 /* What the broker asks of the probe: one entry per NVIDIA GPU that is under MPS
  * (enabled: SetMps(gpu_id, true, pinned_memory_bytes, active_thread_percentage) with the
- * SMALLEST slice's limits on that GPU) or whose MpsState is not "" while the config puts
- * no MPS on it (enabled false: SetMps(gpu_id, false, 0, 0)). In GPU order (index). */
+ * LARGEST slice's limits on that GPU, memory and percentage each the maximum over its
+ * slices) or whose MpsState is not "" while the config puts no MPS on it (enabled
+ * false: SetMps(gpu_id, false, 0, 0)). In GPU order (index). The control daemon's
+ * defaults are an upper bound: a client's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE only
+ * constrains it further (a lower daemon setting is obeyed, NVIDIA's MPS documentation),
+ * so every slice's own limits, which each Allocate answer carries, are <= these. */
 typedef struct NvidiaMpsRequest {
         char *gpu_id;                   /* Gpu1.Id */
         bool enabled;

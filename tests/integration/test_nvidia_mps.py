@@ -7,10 +7,12 @@
 #
 # Asserts: the fake tools were told compute mode EXCLUSIVE_PROCESS for GPU 0 and started
 # one MPS control daemon (pipe directory .../mps/<uuid>/pipe, CUDA_VISIBLE_DEVICES=<uuid>)
-# whose default limits are the smallest slice's (2048M on device 0, floor(100 * 2048 /
-# 46068) = 4 %); the slices are "<uuid>::0", "::1" (2 GB) and "::2" (4 GB), Healthy once
-# MPS runs; each Allocate answer carries its own slice's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
-# ("0=2048M" / "0=4096M") and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (4 / 8), the pipe
+# whose default limits are the largest slice's (4096M on device 0, floor(100 * 4096 /
+# 46068) = 8 %: a client's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE only narrows the daemon's,
+# so the 2 GB slice's 4 % there would cap the 4 GB slice); the slices are "<uuid>::0",
+# "::1" (2 GB) and "::2" (4 GB), Healthy once MPS runs; each Allocate answer carries its
+# own slice's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT ("0=2048M" / "0=4096M") and
+# CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (4 / 8, each <= the daemon's), the pipe
 # directory (CUDA_MPS_PIPE_DIRECTORY, its host directory mounted there) and /dev/shm;
 # after a probe restart the limits are sent to the control daemon again; after a reload
 # with no MPS in the config the daemon got "quit", the compute mode is Default again and
@@ -20,7 +22,8 @@
 # same way: the same slices and answers. On GPU 3 of the 8x H100 (devices: ["3"]) the
 # compute mode goes to that GPU only (`nvidia-smi -i 3`), its daemon sees only its UUID,
 # so the limit is for device 0 there and in the container (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
-# "0=..."), with 81559 MiB: 2048M / 2 % and 4096M / 5 %; the other GPUs stay plain.
+# "0=..."), with 81559 MiB: 2048M / 2 % and 4096M / 5 %, the daemon 4096M / 5 %; the
+# other GPUs stay plain.
 
 import os
 import signal
@@ -62,7 +65,15 @@ def limit_commands(node):
     return [c for c in node.nvidia_commands() if c.startswith('nvidia-cuda-mps-control < set_default')]
 
 
-def check_slice(node, resource, slice_id, mib, pct, gpu=L40S):
+def check_daemon_limits(d, mib, pct):
+    # The largest slice's limits: every slice's own percentage and memory only narrow them.
+    check(d.get('pinned_mem_limit') == {'0': '%dM' % mib},
+          'pinned memory limit %r, expected the largest slice\'s 0=%dM' % (d, mib))
+    check(float(d.get('active_thread_percentage', 0)) == pct,
+          'active thread percentage %r, expected the largest slice\'s %d' % (d, pct))
+
+
+def check_slice(node, resource, slice_id, mib, pct, gpu=L40S, daemon_limits=None):
     a = node.kubelet.plugin(resource).allocate([slice_id])
     envs = a['envs']
     check(envs.get('NVIDIA_VISIBLE_DEVICES') == gpu, '%s: NVIDIA_VISIBLE_DEVICES %r' % (slice_id, envs))
@@ -78,6 +89,12 @@ def check_slice(node, resource, slice_id, mib, pct, gpu=L40S):
     check(mounts.get('/dev/shm') == ('/dev/shm', False), '%s: /dev/shm mount %r' % (slice_id, mounts))
     check(set(envs) == {'NVIDIA_VISIBLE_DEVICES', 'CUDA_MPS_PIPE_DIRECTORY', 'CUDA_MPS_PINNED_DEVICE_MEM_LIMIT',
                         'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE'}, '%s: envs %r' % (slice_id, envs))
+    if daemon_limits is not None:
+        # The client's own limits narrow the daemon's defaults, never exceed them.
+        d_mib = int(daemon_limits['pinned_mem_limit']['0'].rstrip('M'))
+        d_pct = float(daemon_limits['active_thread_percentage'])
+        check(mib <= d_mib and pct <= d_pct,
+              '%s: own limits %dM / %d %% above the daemon\'s %r' % (slice_id, mib, pct, daemon_limits))
 
 
 def mps(node):
@@ -93,12 +110,11 @@ def mps(node):
     check(list(daemons) == [pipe_dir(node)], 'MPS daemons %r, expected one at %s' % (list(daemons), pipe_dir(node)))
     d = daemons[pipe_dir(node)]
     check(d['running'] and d['visible'] == L40S, 'daemon %r' % d)
-    check(d['pinned_mem_limit'] == {'0': '2048M'}, 'pinned memory limit %r, expected the 2 GB slice' % d)
-    check(float(d['active_thread_percentage']) == 4, 'active thread percentage %r, expected 4' % d)
+    check_daemon_limits(d, 4096, 8)
 
-    check_slice(node, RES_2GB, L40S + '::0', 2048, 4)
-    check_slice(node, RES_2GB, L40S + '::1', 2048, 4)
-    check_slice(node, RES_4GB, L40S + '::2', 4096, 8)
+    check_slice(node, RES_2GB, L40S + '::0', 2048, 4, daemon_limits=d)
+    check_slice(node, RES_2GB, L40S + '::1', 2048, 4, daemon_limits=d)
+    check_slice(node, RES_4GB, L40S + '::2', 4096, 8, daemon_limits=d)
 
     # A restarted probe runs no MPS until the broker tells it again: the limits are
     # sent to the control daemon anew.
@@ -109,7 +125,8 @@ def mps(node):
     node.wait_for(lambda: check(len(limit_commands(node)) > before, 'limits not sent again: %r'
                                 % node.nvidia_commands()[-10:]), 15, what='limits after a probe restart')
     node.wait_for(lambda: check(daemon(node).get('running') and
-                                daemon(node).get('pinned_mem_limit') == {'0': '2048M'},
+                                daemon(node).get('pinned_mem_limit') == {'0': '4096M'} and
+                                float(daemon(node).get('active_thread_percentage', 0)) == 8,
                                 'daemon %r' % mps_daemons(node)), 15, what='MPS running after a probe restart')
     wait_devices(node, RES_2GB, [L40S + '::0', L40S + '::1'], timeout=15)
 
@@ -147,10 +164,10 @@ def mps_mixed(node):
     wait_devices(node, RES_2GB, [L40S + '::0', L40S + '::1'], timeout=15)
     wait_devices(node, RES_4GB, [L40S + '::2'], timeout=15)
     d = daemon(node)
-    check(d.get('running') and d.get('pinned_mem_limit') == {'0': '2048M'} and
-          float(d.get('active_thread_percentage', 0)) == 4, 'daemon %r' % mps_daemons(node))
-    check_slice(node, RES_2GB, L40S + '::1', 2048, 4)
-    check_slice(node, RES_4GB, L40S + '::2', 4096, 8)
+    check(d.get('running'), 'daemon %r' % mps_daemons(node))
+    check_daemon_limits(d, 4096, 8)
+    check_slice(node, RES_2GB, L40S + '::1', 2048, 4, daemon_limits=d)
+    check_slice(node, RES_4GB, L40S + '::2', 4096, 8, daemon_limits=d)
 
 
 def mps_gpu3(node):
@@ -166,9 +183,9 @@ def mps_gpu3(node):
     check(list(daemons) == [pipe_dir(node, g)], 'MPS daemons %r, expected one at %s' % (list(daemons), pipe_dir(node, g)))
     d = daemons[pipe_dir(node, g)]
     check(d['running'] and d['visible'] == g, 'daemon %r' % d)
-    check(d['pinned_mem_limit'] == {'0': '2048M'} and float(d['active_thread_percentage']) == 2, 'limits %r' % d)
-    check_slice(node, RES_2GB, g + '::1', 2048, 2, gpu=g)
-    check_slice(node, RES_4GB, g + '::2', 4096, 5, gpu=g)
+    check_daemon_limits(d, 4096, 5)
+    check_slice(node, RES_2GB, g + '::1', 2048, 2, gpu=g, daemon_limits=d)
+    check_slice(node, RES_4GB, g + '::2', 4096, 5, gpu=g, daemon_limits=d)
 
 
 CASES = [

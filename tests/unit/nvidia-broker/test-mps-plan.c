@@ -2,7 +2,8 @@
 /*
  * test-mps-plan.c — the SetMps arguments the broker sends (mps-client.c takes them from
  * resources_nvidia_mps_requests()): which GPUs go under MPS and with which default
- * limits (the smallest slice's), for configs as the nos fork writes them.
+ * limits (the largest slice's: a client's own limits only narrow the daemon's), for
+ * configs as the nos fork writes them.
  */
 
 #include <check.h>
@@ -66,15 +67,42 @@ START_TEST(test_mps_slices_of_different_sizes) {
 
         mps_plan_for_gpu(&c, &g, &p);
         ck_assert(p.enabled);
-        ck_assert_uint_eq(p.pinned_memory_bytes, 2 * GIB);     /* the smallest slice */
-        ck_assert_uint_eq(p.active_thread_percentage, 2);      /* floor(100 * 2048 / 81559) */
+        /* The largest slice: the daemon's defaults are an upper bound that each client's
+         * CUDA_MPS_* narrows (a lower daemon percentage would be obeyed over the 4 GB
+         * slice's own), so not the 2 GB slice's 2 GiB / 2 %. */
+        ck_assert_uint_eq(p.pinned_memory_bytes, 4 * GIB);
+        ck_assert_uint_eq(p.active_thread_percentage, 5);      /* floor(100 * 4096 / 81559) */
 
         /* Order does not matter. */
         ConfigSharedResource q[] = { r[1], r[0] };
         c = config(q, 2);
         mps_plan_for_gpu(&c, &g, &p);
-        ck_assert_uint_eq(p.pinned_memory_bytes, 2 * GIB);
-        ck_assert_uint_eq(p.active_thread_percentage, 2);
+        ck_assert_uint_eq(p.pinned_memory_bytes, 4 * GIB);
+        ck_assert_uint_eq(p.active_thread_percentage, 5);
+
+        /* Three sizes, the largest in the middle: 1 GB, 10 GB, 3 GB. */
+        ConfigSharedResource three[] = {
+                { .name = (char *) "nvidia.com/gpu", .replicas = 3, .memory_bytes = 1 * GIB },
+                { .name = (char *) "nvidia.com/gpu", .replicas = 1, .memory_bytes = 10 * GIB },
+                { .name = (char *) "nvidia.com/gpu", .replicas = 2, .memory_bytes = 3 * GIB },
+        };
+        c = config(three, 3);
+        mps_plan_for_gpu(&c, &g, &p);
+        ck_assert(p.enabled);
+        ck_assert_uint_eq(p.pinned_memory_bytes, 10 * GIB);
+        ck_assert_uint_eq(p.active_thread_percentage, 12);     /* floor(100 * 10240 / 81559) */
+
+        /* Slices past NVIDIA_REPLICAS_MAX are cut and do not count: 1024x 64 MiB fill the
+         * GPU's slice numbers, the 8 GB slice after them is never advertised. */
+        ConfigSharedResource cut[] = {
+                { .name = (char *) "nvidia.com/gpu", .replicas = NVIDIA_REPLICAS_MAX, .memory_bytes = 64 * MIB },
+                { .name = (char *) "nvidia.com/gpu", .replicas = 1, .memory_bytes = 8 * GIB },
+        };
+        c = config(cut, 2);
+        mps_plan_for_gpu(&c, &g, &p);
+        ck_assert(p.enabled);
+        ck_assert_uint_eq(p.pinned_memory_bytes, 64 * MIB);
+        ck_assert_uint_eq(p.active_thread_percentage, 1);
 
         /* Slices larger than the GPU: no MPS at all (nvidia.h). */
         ConfigSharedResource big[] = { { .name = (char *) "nvidia.com/gpu", .replicas = 1, .memory_bytes = 100 * GIB } };

@@ -630,13 +630,16 @@ START_TEST(test_mps_2_2_4) {
         ck_assert_int_eq(resources_check_allocate(r, "nvidia.com/gpu-4gb", (char **[]) { STRV(H100_UUID "::2") }, 1, &e),
                          -EIO);
 
-        /* The probe: SetMps with the smallest slice's limits: 2 GiB, floor(100*2048/81559) = 2 %. */
+        /* The probe: SetMps with the largest slice's limits: 4 GiB, floor(100*4096/81559) = 5 %
+         * (a client's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE only narrows the daemon's: with the
+         * 2 GB slice's 2 % there, the 4 GB slice would get 2 % too). */
         ck_assert_int_eq(resources_nvidia_mps_requests(r, &q, &n), 0);
         ck_assert_uint_eq(n, 1);
         ck_assert_str_eq(q[0].gpu_id, H100_UUID);
         ck_assert(q[0].enabled);
-        ck_assert_uint_eq(q[0].pinned_memory_bytes, 2 * GIB);
-        ck_assert_uint_eq(q[0].active_thread_percentage, 2);
+        ck_assert_uint_eq(q[0].pinned_memory_bytes, 4 * GIB);
+        ck_assert_uint_eq(q[0].active_thread_percentage, 5);
+        const uint32_t daemon_pct = q[0].active_thread_percentage;
         q = nvidia_mps_requests_free(q, n);
 
         /* MPS running: healthy, and the change is reported. */
@@ -665,6 +668,9 @@ START_TEST(test_mps_2_2_4) {
         ck_assert_str_eq(env_get(b.envs, "CUDA_MPS_PIPE_DIRECTORY"), "/mps/nvidia.com/gpu-2gb/pipe");
         ck_assert_str_eq(env_get(b.envs, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), "0=2048M");
         ck_assert_str_eq(env_get(b.envs, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "2");
+        /* Every slice's own percentage narrows the daemon's default, none exceeds it. */
+        ck_assert_uint_le(strtoul(env_get(a.envs, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), NULL, 10), daemon_pct);
+        ck_assert_uint_le(strtoul(env_get(b.envs, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), NULL, 10), daemon_pct);
 
         /* failRequestsGreaterThanOne (default true for MPS). */
         ck_assert_int_eq(resources_check_allocate(r, "nvidia.com/gpu-2gb",
