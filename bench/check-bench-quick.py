@@ -3,15 +3,22 @@
 # check-bench-quick.py — the meson test bench-quick: runs kgpu-bench.py --quick and checks
 # that it ran every section and printed sane numbers. Never a timing threshold.
 #
-# Contract: runs the benchmark with the build tree of KGPU_BUILD_ROOT, then asserts: exit
-# status 0; the printed table has a row per target of issue 7; the JSON has every
-# section; every latency summary has n > 0 and 0 < min <= p50 <= p99 <= max < 60 s; memory
+# Contract: runs the benchmark with the build tree of KGPU_BUILD_ROOT (or, with --json FILE,
+# checks the JSON of an earlier `kgpu-bench.py --json FILE` run instead: no benchmark run,
+# no printed table), then asserts: exit status 0; the printed table and the JSON's targets
+# have a row per target of issue 7; the JSON has every section, nvlink8 included (this
+# tree's harness has NVIDIA support, so a section that comes back empty is a failure, not
+# a skip): GetPreferredAllocation size 2 and 4 and Allocate over the 8 H100 with one
+# summary each of --calls samples, the ids picked for size 2 and 4 (that many distinct
+# GPU ids), and its target row and latency rows in the printed table; every latency
+# summary has n > 0 and 0 < min <= p50 <= p99 <= max < 60 s; memory
 # figures are positive and PSS <= RSS per daemon; wakeup counts are >= 0; the
 # ListAndWatch build ran for 4096 devices with a message of at least 4096 ids' bytes; the
 # 64x64 row advertised 4096 ids; every daemon and the no-op plugin exited 0 on SIGTERM
 # (under ASan/UBSan a finding makes that exit code non-zero). Exit 0 pass, 1 fail, 77 skip (the bench could not start
 # a node here).
 
+import argparse
 import json
 import math
 import os
@@ -21,10 +28,15 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROWS = ('Allocate p99 (grpcd -> broker -> SQLite)', 'GetPreferredAllocation p99, 8 GPUs',
+        'GetPreferredAllocation p99, 8 H100 NVLink (size 2, 4)',
         'GetPreferredAllocation p99, 1024 shared ids', 'udev remove -> ListAndWatch p99',
         'kubelet restart -> re-registered p99', 'cold start -> first resource registered',
         'RSS of the three daemons, 8 GPUs', 'idle wakeups, no polling',
         '64x64: Allocate p99 vs 8-GPU p99', 'ListAndWatch message built, 4096 devices')
+# The latency table's NVLink rows (kgpu-bench.py print_report()), with their JSON keys.
+NVLINK_ROWS = (('8 H100 NVLink: GetPreferredAllocation size 2', 'preferred_size2'),
+               ('8 H100 NVLink: GetPreferredAllocation size 4', 'preferred_size4'),
+               ('8 H100 NVLink: Allocate', 'allocate'))
 
 
 def fail(msg):
@@ -55,7 +67,31 @@ def summaries(obj, path=''):
             yield from summaries(v, '%s[%d]' % (path, i))
 
 
-def main():
+def check_nvlink(res, text):
+    """The 8x H100 NVLink section: GetPreferredAllocation size 2 and 4 and Allocate, each
+    with every call timed, and the ids picked."""
+    nv = res['nvlink8']
+    calls = res.get('counts', {}).get('calls')
+    for label, key in NVLINK_ROWS:
+        s = nv.get(key)
+        check_summary('nvlink8.' + key, s)
+        if calls is not None and s['n'] != calls:
+            fail('nvlink8.%s: %d samples, expected %d calls' % (key, s['n'], calls))
+        if text is not None and label not in text:
+            fail('the latency table has no row "%s"' % label)
+    for size in (2, 4):
+        got = nv.get('picked_size%d' % size)
+        if (not isinstance(got, list) or len(got) != size or len(set(got)) != size or
+                not all(isinstance(i, str) and i.startswith('GPU-') for i in got)):
+            fail('nvlink8: GetPreferredAllocation size %d picked %r, expected %d distinct GPU ids'
+                 % (size, got, size))
+    row = [t for t in res['targets'] if t.get('metric') == 'GetPreferredAllocation p99, 8 H100 NVLink (size 2, 4)']
+    if len(row) != 1 or not isinstance(row[0].get('met'), bool):
+        fail('NVLink target row in the JSON: %r' % row)
+
+
+def run_bench():
+    """kgpu-bench.py --quick: (printed text, results)."""
     with tempfile.TemporaryDirectory(prefix='kgpu-bq-') as tmp:
         out = os.path.join(tmp, 'bench.json')
         r = subprocess.run([sys.executable, os.path.join(HERE, 'kgpu-bench.py'), '--quick', '--json', out],
@@ -68,14 +104,35 @@ def main():
         if r.returncode != 0:
             fail('kgpu-bench.py exited %d' % r.returncode)
         with open(out) as f:
-            res = json.load(f)
+            return text, json.load(f)
 
-    for row in ROWS:
-        if row not in text:
-            fail('the table has no row "%s"' % row)
-    for key in ('baseline', 'cold_start', 'node8', 'shared1024', 'law_build', 'scale', 'targets'):
+
+def main():
+    ap = argparse.ArgumentParser(description='bench-quick: run kgpu-bench.py --quick and check its output')
+    ap.add_argument('--json', metavar='FILE',
+                    help='check this JSON of an earlier kgpu-bench.py --json run instead of running the '
+                         'benchmark (the printed table is not checked, only the JSON)')
+    args = ap.parse_args()
+    if args.json:
+        text = None
+        try:
+            with open(args.json) as f:
+                res = json.load(f)
+        except (OSError, ValueError) as e:
+            fail('cannot read %s: %s' % (args.json, e))
+    else:
+        text, res = run_bench()
+
+    for key in ('baseline', 'cold_start', 'node8', 'shared1024', 'nvlink8', 'law_build', 'scale', 'targets'):
         if not res.get(key):
             fail('section %s missing from the JSON' % key)
+    metrics = [t.get('metric', '') for t in res['targets']]
+    for row in ROWS:
+        if text is not None and row not in text:
+            fail('the table has no row "%s"' % row)
+        if not any(m.startswith(row) for m in metrics):
+            fail('the JSON targets have no row "%s"' % row)
+    check_nvlink(res, text)
     n = 0
     for path, s in summaries(res):
         check_summary(path, s)
