@@ -140,6 +140,8 @@ def main():
     if n < 20:
         fail('only %d latency summaries in the JSON' % n)
     n8 = res['node8']
+    if 'prestart' not in n8:
+        fail('node8: no PreStartContainer row (the D-Bus hop without the commit)')
     for name in ('probe', 'broker', 'grpc'):
         m = n8['mem_idle'][name]
         if not (0 < m['pss_kb'] <= m['rss_kb'] and m['private_kb'] > 0):

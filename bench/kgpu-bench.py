@@ -13,7 +13,8 @@
 #   node8        eight-gpus (8 GPUs, no sharing, no polling: reconcileIntervalSec 0):
 #                idle wakeups (context switches of every thread of the three daemons over
 #                --idle-seconds), RSS/PSS per daemon and per mapping (library), Allocate
-#                (grpcd -> broker -> SQLite commit), GetPreferredAllocation over 8 GPUs,
+#                (grpcd -> broker -> SQLite commit), PreStartContainer (the same D-Bus
+#                hop without check and commit), GetPreferredAllocation over 8 GPUs,
 #                one sync p50/p99 in the state directory (same disk, same directory as
 #                the database): 4 KiB append + fsync, and 4 KiB overwrite + fdatasync
 #                (SQLite's WAL commit); the target uses the cheaper of the two,
@@ -320,6 +321,10 @@ def bench_node8(build_root, calls, restarts, hotplugs, idle_s):
         out['mem_idle'] = node_memory(node)
         out['maps_idle'] = {n: mappings(d.pid) for n, d in node.daemons.items()}
 
+        # The same hop without the decision and the commit: PreStartContainer goes
+        # grpcd -> D-Bus -> broker -> D-Bus -> grpcd and touches no disk. Allocate minus
+        # this is the sharing check, the SQLite transaction and its fdatasync.
+        out['prestart'] = summary(timed_calls(lambda: cl.pre_start_container([ids[0]]), calls))
         for _ in range(20):
             cl.allocate([ids[0]])
         out['allocate_cpu_ms'], lat = cpu_per_call(node, lambda: cl.allocate([ids[0]]), calls)
@@ -558,6 +563,8 @@ def print_report(res):
                  ('no-op plugin GetPreferredAllocation', res['baseline']['preferred'])]
     n8 = res.get('node8')
     if n8:
+        if 'prestart' in n8:
+            rows.append(('8 GPUs: PreStartContainer (hop, no disk)', n8['prestart']))
         rows += [('8 GPUs: Allocate', n8['allocate']), ('fsync, 4 KiB append (state dir)', n8['fsync']),
                  ('fdatasync, 4 KiB overwrite (state dir)', n8['fdatasync']),
                  ('8 GPUs: GetPreferredAllocation size 1', n8['preferred_size1']),
