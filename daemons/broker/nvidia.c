@@ -219,6 +219,7 @@ static int shares_add(const ConfigSharing *cs, NvidiaSharing kind, NvidiaShare *
 }
 
 int resources_set_nvidia_options(Resources *r, const Config *c) {
+        resources_memo_clear(r);
         _cleanup_free_ char *prefix = NULL;
         NvidiaShare *shares = NULL;
         size_t n_shares = 0, room;

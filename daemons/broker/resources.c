@@ -136,9 +136,25 @@ int resources_new(bool intel_enabled, Resources **ret) {
         return 0;
 }
 
+typedef struct DevicesMemo {
+        char *resource;
+        Device *devices;
+        size_t n;
+} DevicesMemo;
+
+void resources_memo_clear(Resources *r) {
+        for (size_t i = 0; i < r->n_memo; i++) {
+                free(r->memo[i].resource);
+                free(r->memo[i].devices);
+        }
+        r->memo = mfree(r->memo);
+        r->n_memo = 0;
+}
+
 Resources *resources_free(Resources *r) {
         if (!r)
                 return NULL;
+        resources_memo_clear(r);
         for (size_t i = 0; i < r->n_gpus; i++) {
                 free(r->gpus[i].path);
                 gpu_info_done(&r->gpus[i].info);
@@ -204,6 +220,8 @@ int resources_set_id_filters(Resources *r, char * const *allow, char * const *de
         size_t na, nd;
         int k;
 
+        resources_memo_clear(r);
+
         k = parse_id_list(allow, &a, &na);
         if (k < 0)
                 return k;
@@ -262,6 +280,8 @@ int resources_set_intel_options(Resources *r, uint32_t shared_dev_num, ConfigAll
                                 bool monitoring, ConfigByPath by_path, bool cdi_devices) {
         uint32_t n = MIN(MAX(shared_dev_num, 1U), 1024U);
         int k;
+
+        resources_memo_clear(r);
 
         for (size_t i = 0; i < r->n_gpus; i++) {
                 k = gpu_build_shares(&r->gpus[i], n);
@@ -430,6 +450,8 @@ int resources_refresh_nvidia(Resources *r, char ***changed) {
         _cleanup_strv_free_ char **advertised = NULL;
         int k;
 
+        resources_memo_clear(r);
+
         if (!r->nvidia)
                 return 0;
         k = nvidia_refresh(r, &advertised, changed);
@@ -440,6 +462,8 @@ int resources_refresh_nvidia(Resources *r, char ***changed) {
 
 int resources_update_gpu(Resources *r, const char *path, const GpuInfo *info, char ***changed) {
         int k, q;
+
+        resources_memo_clear(r);
 
         k = update_gpu_record(r, path, info, changed);
         if (k < 0)
@@ -452,6 +476,8 @@ static int remove_gpu_record(Resources *r, const char *path, char ***changed);
 
 int resources_remove_gpu(Resources *r, const char *path, char ***changed) {
         int k, q;
+
+        resources_memo_clear(r);
 
         k = remove_gpu_record(r, path, changed);
         if (k <= 0)
@@ -599,12 +625,54 @@ const Device *resources_find_device(const Device *d, size_t n, const char *id) {
         return f && streq(f->id, id) ? f : NULL;
 }
 
-const Gpu *resources_gpu_of_device(const Resources *r, const char *resource, const char *id) {
+int resources_devices_view(const Resources *r, const char *resource, const Device **ret, size_t *ret_n) {
+        Resources *w = (Resources *) r;         /* the memo is a cache: logically const */
         _cleanup_free_ Device *d = NULL;
-        const Device *f;
+        _cleanup_free_ char *name = NULL;
+        DevicesMemo *m;
+        size_t n;
+        int k;
+
+        if (resources_is_nvidia(r, resource))
+                return -EOPNOTSUPP;
+        for (size_t i = 0; i < r->n_memo; i++)
+                if (streq(r->memo[i].resource, resource)) {
+                        *ret = r->memo[i].devices;
+                        *ret_n = r->memo[i].n;
+                        return 0;
+                }
+        k = resources_get_devices(r, resource, &d, &n);
+        if (k < 0)
+                return k;
+        name = strdup(resource);
+        m = reallocarray(w->memo, w->n_memo + 1, sizeof(DevicesMemo));
+        if (!name || !m)
+                return -ENOMEM;
+        w->memo = m;
+        w->memo[w->n_memo++] = (DevicesMemo) { .resource = TAKE_PTR(name), .devices = TAKE_PTR(d), .n = n };
+        *ret = w->memo[w->n_memo - 1].devices;
+        *ret_n = n;
+        return 0;
+}
+
+int resources_devices(const Resources *r, const char *resource, Device **owned, const Device **ret, size_t *ret_n) {
+        int k;
+
+        *owned = NULL;
+        if (!resources_is_nvidia(r, resource))
+                return resources_devices_view(r, resource, ret, ret_n);
+        k = resources_get_devices(r, resource, owned, ret_n);
+        if (k >= 0)
+                *ret = *owned;
+        return k;
+}
+
+const Gpu *resources_gpu_of_device(const Resources *r, const char *resource, const char *id) {
+        _cleanup_free_ Device *owned = NULL;
+        const Device *d, *f;
         size_t n;
 
-        if (resources_get_devices(r, resource, &d, &n) < 0)
+        if (resources_devices(r, resource, &owned, &d, &n) < 0)
                 return NULL;
         f = resources_find_device(d, n, id);
         return f ? f->gpu : NULL;
@@ -701,7 +769,8 @@ static int check_ids_known(const Device *d, size_t n, const char *resource, char
 
 int resources_check_ids(const Resources *r, const char *resource, char * const *ids,
                         bool allow_empty, bool need_healthy, ResourceError *e) {
-        _cleanup_free_ Device *d = NULL;
+        _cleanup_free_ Device *owned = NULL;
+        const Device *d;
         size_t n;
         int k;
 
@@ -711,7 +780,7 @@ int resources_check_ids(const Resources *r, const char *resource, char * const *
         k = check_id_shape(ids, allow_empty, NULL, e);
         if (k < 0)
                 return k;
-        k = resources_get_devices(r, resource, &d, &n);
+        k = resources_devices(r, resource, &owned, &d, &n);
         if (k < 0)
                 return resource_error_set(e, KGPU_ERROR_UNKNOWN_RESOURCE, k,
                                           "Cannot list devices of '%s'", resource);
@@ -721,7 +790,8 @@ int resources_check_ids(const Resources *r, const char *resource, char * const *
 int resources_check_allocate(const Resources *r, const char *resource,
                              char ** const *requests, size_t n_requests, ResourceError *e) {
         _cleanup_strv_free_ char **all = NULL;
-        _cleanup_free_ Device *d = NULL;
+        _cleanup_free_ Device *owned = NULL;
+        const Device *d;
         size_t n;
         int k;
 
@@ -752,7 +822,7 @@ int resources_check_allocate(const Resources *r, const char *resource,
                 }
         }
 
-        k = resources_get_devices(r, resource, &d, &n);
+        k = resources_devices(r, resource, &owned, &d, &n);
         if (k < 0)
                 return resource_error_set(e, KGPU_ERROR_UNKNOWN_RESOURCE, k,
                                           "Cannot list devices of '%s'", resource);
@@ -799,14 +869,14 @@ static void gpu_add_specs(const Gpu *g, DeviceSpec *specs, size_t *m) {
 int resources_allocate_container(const Resources *r, const char *resource, char * const *ids,
                                  DeviceSpec **ret, size_t *ret_n) {
         _cleanup_free_ DeviceSpec *specs = NULL;
-        _cleanup_free_ Device *d = NULL;
+        const Device *d;
         size_t n, m = 0, room = 1, n_ids = strv_length(ids);
         const char *monitored;
         int k;
 
         if (resources_is_nvidia(r, resource))
                 return nvidia_allocate_specs(r, resource, ids, ret, ret_n);
-        k = resources_get_devices(r, resource, &d, &n);
+        k = resources_devices_view(r, resource, &d, &n);
         if (k < 0)
                 return k;
 
@@ -852,13 +922,13 @@ int resources_allocate_extras(const Resources *r, const char *resource, char * c
         _cleanup_strv_free_ char **cdi = NULL;
         _cleanup_free_ MountSpec *mounts = NULL;
         _cleanup_free_ const Gpu **gpus = NULL;
-        _cleanup_free_ Device *d = NULL;
+        const Device *d;
         size_t n, n_gpus = 0, m = 0, room = 1, n_ids = strv_length(ids);
         int k;
 
         if (resources_is_nvidia(r, resource))
                 return nvidia_allocate_extras(r, resource, ids, ret_mounts, ret_n_mounts, ret_cdi);
-        k = resources_get_devices(r, resource, &d, &n);
+        k = resources_devices_view(r, resource, &d, &n);
         if (k < 0)
                 return k;
         cdi = calloc(1, sizeof(char *));

@@ -148,6 +148,10 @@ typedef struct Resources {
         ConfigByPath by_path;
         bool cdi_devices;
         struct NvidiaState *nvidia;     /* NVIDIA options and devices (nvidia.h); NULL: none */
+        /* The last device list built per Intel resource (resources_devices_view()); every
+         * function that changes a Resources drops it. */
+        struct DevicesMemo *memo;
+        size_t n_memo;
 } Resources;
 
 int resources_new(bool intel_enabled, Resources **ret);
@@ -189,6 +193,15 @@ const Gpu *resources_get_gpu(const Resources *r, const char *path);
 bool resources_known(const Resources *r, const char *resource);
 /* Devices of a resource sorted by id (caller frees the array, not the devices). */
 int resources_get_devices(const Resources *r, const char *resource, Device **ret, size_t *ret_n);
+/* The same list, borrowed: valid until the Resources changes (any non-const function) or
+ * is freed. Intel and monitoring resources only (-EOPNOTSUPP for NVIDIA ones, whose table
+ * nvidia.c keeps itself). Built once per change instead of once per call: an Allocate of
+ * 4096 shares looked the list up five times. */
+int resources_devices_view(const Resources *r, const char *resource, const Device **ret, size_t *ret_n);
+/* The view where there is one, else a copy in *owned (free it): for code serving both. */
+int resources_devices(const Resources *r, const char *resource, Device **owned, const Device **ret, size_t *ret_n);
+/* Drops the memo (nvidia.c calls it when it changes options). */
+void resources_memo_clear(Resources *r);
 const Device *resources_find_device(const Device *d, size_t n, const char *id);
 
 /* Error helpers (message is formatted with printable ASCII only). */

@@ -44,14 +44,15 @@ typedef struct CallGpus {
         const Gpu **gpus;
         uint32_t *holders;
         size_t n;
-        Device *devices;
+        Device *owned;
+        const Device *devices;
         size_t n_devices;
 } CallGpus;
 
 static void call_gpus_done(CallGpus *c) {
         c->gpus = mfree(c->gpus);
         c->holders = mfree(c->holders);
-        c->devices = mfree(c->devices);
+        c->owned = mfree(c->owned);
 }
 
 static int call_gpus(const Resources *r, const char *resource, char ** const *requests, size_t n_requests,
@@ -61,7 +62,7 @@ static int call_gpus(const Resources *r, const char *resource, char ** const *re
 
         for (size_t i = 0; i < n_requests; i++)
                 total += strv_length(requests[i]);
-        k = resources_get_devices(r, resource, &c->devices, &c->n_devices);
+        k = resources_devices(r, resource, &c->owned, &c->devices, &c->n_devices);
         if (k < 0)
                 return resource_error_set(e, KGPU_ERROR_UNKNOWN_RESOURCE, k, "Cannot list devices of '%s'", resource);
         c->gpus = calloc(total + 1, sizeof(Gpu *));

@@ -233,6 +233,63 @@ START_TEST(test_allocate_answer) {
 }
 END_TEST
 
+/* The borrowed device list (built once per change) is always the list a fresh build
+ * gives, through random updates, health flips, removals and option changes; a view
+ * taken for one resource stays right while another is viewed. */
+START_TEST(test_devices_view_follows_changes) {
+        _cleanup_(resources_freep) Resources *r = NULL;
+        static const char * const ids[] = { "0000:03:00.0", "0000:04:00.0", "0000:05:00.0", "0000:06:00.0" };
+        static const char * const drivers[] = { "i915", "xe" };
+        const char *names[] = { RESOURCE_INTEL_I915, RESOURCE_INTEL_XE, "gpu.intel.com/i915_monitoring" };
+        unsigned seed = 99;
+        size_t compared = 0;
+
+        ck_assert_int_eq(resources_new(true, &r), 0);
+        for (int step = 0; step < 400; step++) {
+                int what = rand_r(&seed) % 6;
+                size_t g = (size_t) rand_r(&seed) % 4;
+                char path[64];
+
+                snprintf(path, sizeof(path), "/io/kgpu/Probe1/gpu/%zu", g);
+                if (what <= 2) {
+                        GpuInfo info = gpu(ids[g], rand_r(&seed) % 3 != 0, "/dev/dri/card0", "/dev/dri/renderD128");
+
+                        info.driver = (char *) drivers[g % 2];
+                        ck_assert_int_ge(resources_update_gpu(r, path, &info, NULL), 0);
+                } else if (what == 3)
+                        ck_assert_int_ge(resources_remove_gpu(r, path, NULL), 0);
+                else if (what == 4)
+                        ck_assert_int_eq(resources_set_intel_options(r, 1 + (uint32_t) (rand_r(&seed) % 4),
+                                                                     ALLOCATION_POLICY_NONE, rand_r(&seed) % 2,
+                                                                     BY_PATH_NONE, false), 0);
+
+                for (size_t k = 0; k < ELEMENTSOF(names); k++) {
+                        _cleanup_free_ Device *fresh = NULL;
+                        const Device *v = NULL, *again = NULL;
+                        size_t n_fresh = 0, n_v = 0, n_again = 0;
+                        int k1 = resources_get_devices(r, names[k], &fresh, &n_fresh);
+                        int k2 = resources_devices_view(r, names[k], &v, &n_v);
+
+                        ck_assert_int_eq(k1, k2);
+                        if (k1 < 0)
+                                continue;
+                        ck_assert_uint_eq(n_fresh, n_v);
+                        for (size_t i = 0; i < n_v; i++) {
+                                ck_assert_str_eq(fresh[i].id, v[i].id);
+                                ck_assert_int_eq(fresh[i].healthy, v[i].healthy);
+                                ck_assert_ptr_eq(fresh[i].gpu, v[i].gpu);
+                                ck_assert_uint_eq(fresh[i].share, v[i].share);
+                        }
+                        /* Asked again without a change: the same memory. */
+                        ck_assert_int_eq(resources_devices_view(r, names[k], &again, &n_again), 0);
+                        ck_assert_ptr_eq(again, v);
+                        compared++;
+                }
+        }
+        ck_assert_uint_gt(compared, 400);
+}
+END_TEST
+
 static Suite *intel_resources_suite(void) {
         Suite *s = suite_create("intel-resources");
         TCase *tc = tcase_create("core");
@@ -241,6 +298,7 @@ static Suite *intel_resources_suite(void) {
         tcase_add_test(tc, test_shares_health);
         tcase_add_test(tc, test_preferred_policies);
         tcase_add_test(tc, test_allocate_answer);
+        tcase_add_test(tc, test_devices_view_follows_changes);
         suite_add_tcase(s, tc);
         return s;
 }
