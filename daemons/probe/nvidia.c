@@ -254,6 +254,17 @@ static int build_mig_devices(Gpu *g, const NvidiaGpu *row, uint32_t minor,
         return gpu_set_mig_devices(g, l, n);
 }
 
+/* Row j is the one kept for its UUID: valid, and no earlier row has it. */
+static bool row_kept(const NvidiaGpu *gpus, size_t j) {
+        if (!nvidia_gpu_uuid_is_valid(gpus[j].uuid) || gpus[j].index > INT32_MAX)
+                return false;
+        for (size_t k = 0; k < j; k++)
+                if (streq(gpus[k].uuid, gpus[j].uuid) && nvidia_gpu_uuid_is_valid(gpus[k].uuid) &&
+                    gpus[k].index <= INT32_MAX)
+                        return false;
+        return true;
+}
+
 static int build_links(Gpu *g, size_t self, const NvidiaGpu *gpus, size_t n_gpus, const NvidiaTopology *topo) {
         GpuLink l[GPU_LINKS_MAX] = {};
         size_t n = 0;
@@ -266,7 +277,10 @@ static int build_links(Gpu *g, size_t self, const NvidiaGpu *gpus, size_t n_gpus
                 const NvidiaLink *k;
                 const char *type;
 
-                if (j == self || b >= topo->n_gpus || n >= GPU_LINKS_MAX)
+                /* Links only to GPUs that are exported, each once, never to itself
+                 * (a UUID listed twice is one GPU). */
+                if (j == self || b >= topo->n_gpus || n >= GPU_LINKS_MAX || !row_kept(gpus, j) ||
+                    streq(gpus[j].uuid, gpus[self].uuid))
                         continue;
                 k = &topo->link[a][b];
                 if (k->type == NVIDIA_LINK_UNKNOWN || k->type == NVIDIA_LINK_SELF)
@@ -340,6 +354,11 @@ int nvidia_build_gpus(const NvidiaGpu *gpus, size_t n_gpus,
 
                 if (!nvidia_gpu_uuid_is_valid(row->uuid) || row->index > INT32_MAX) {
                         log_debug("NVIDIA GPU row %zu has no valid UUID, ignoring it.", i);
+                        continue;
+                }
+                if (!row_kept(gpus, i)) {
+                        log_warning("nvidia-smi lists UUID %s twice (GPU %" PRIu32 "); only its first GPU is used.",
+                                    row->uuid, row->index);
                         continue;
                 }
                 r = gpu_new(row->uuid, &g);
