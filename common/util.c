@@ -91,6 +91,27 @@ char **strv_copy(char * const *l) {
         return TAKE_PTR(c);
 }
 
+char **strv_pack(char * const *l) {
+        size_t n = strv_length(l), bytes = (n + 1) * sizeof(char *);
+        char **c, *p;
+
+        for (size_t i = 0; i < n; i++)
+                bytes += strlen(l[i]) + 1;
+        c = malloc(bytes);
+        if (!c)
+                return NULL;
+        p = (char *) (c + n + 1);
+        for (size_t i = 0; i < n; i++) {
+                size_t len = strlen(l[i]) + 1;
+
+                memcpy(p, l[i], len);
+                c[i] = p;
+                p += len;
+        }
+        c[n] = NULL;
+        return c;
+}
+
 char *strv_join(char * const *l, const char *sep) {
         size_t n = 0, k, sl = strlen(sep ?: "");
         char *r, *p;

@@ -33,6 +33,9 @@ int strv_extend(char ***l, const char *s);
 /* Takes ownership of s (freed on failure). */
 int strv_consume(char ***l, char *s);
 char **strv_copy(char * const *l);
+/* A copy in ONE allocation (the pointers, then the strings): free() it, never
+ * strv_free(). For long-lived lists kept by the thousand. */
+char **strv_pack(char * const *l);
 /* Joins with sep; returns NULL on OOM. */
 char *strv_join(char * const *l, const char *sep);
 void strv_sort(char **l);

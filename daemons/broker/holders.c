@@ -19,9 +19,9 @@
 
 struct HolderRecord {
         uint64_t id;
-        char *resource;
-        char **ids;             /* distinct */
-        char **keys;            /* distinct GPU keys its ids touch */
+        const char *resource;   /* Holders.names */
+        char **ids;             /* distinct; strv_pack(): one allocation */
+        char **keys;            /* distinct GPU keys its ids touch; packed too */
         uint32_t n_stale;       /* ids of it claimed by a newer allocation */
         bool boot_match;
 };
@@ -184,6 +184,7 @@ static void map_done(Map *m, void (*free_value)(uintptr_t)) {
 
 struct Holders {
         char *boot_id;
+        char **names;                   /* the resources, each once (records point here) */
         HolderRecord **records;         /* by id */
         size_t n_records, allocated_records;
         Map ids;                        /* (resource, device id) -> IdList* */
@@ -193,9 +194,8 @@ struct Holders {
 static void record_free(HolderRecord *rec) {
         if (!rec)
                 return;
-        free(rec->resource);
-        strv_free(rec->ids);
-        strv_free(rec->keys);
+        free(rec->ids);
+        free(rec->keys);
         free(rec);
 }
 
@@ -230,6 +230,7 @@ Holders *holders_free(Holders *h) {
         free(h->records);
         map_done(&h->ids, id_list_free);
         map_done(&h->counts, NULL);
+        strv_free(h->names);
         free(h->boot_id);
         return mfree(h);
 }
@@ -277,52 +278,71 @@ static int record_stale(Holders *h, HolderRecord *rec, int delta) {
         return counts_adjust(h, rec, before ? -1 : +1);
 }
 
-static int record_new(uint64_t id, const char *resource, char * const *device_ids, bool boot_match,
-                      HolderRecord **ret) {
-        HolderRecord *rec = calloc(1, sizeof(HolderRecord));
-        int r = -ENOMEM;
+/* The resource name as kept in h->names. */
+static int intern(Holders *h, const char *name, const char **ret) {
+        int r;
 
-        if (!rec)
+        for (char **n = h->names; n && *n; n++)
+                if (streq(*n, name)) {
+                        *ret = *n;
+                        return 0;
+                }
+        r = strv_extend(&h->names, name);
+        if (r < 0)
+                return r;
+        *ret = h->names[strv_length(h->names) - 1];
+        return 0;
+}
+
+static int record_new(Holders *h, uint64_t id, const char *resource, char * const *device_ids, bool boot_match,
+                      HolderRecord **ret) {
+        _cleanup_strv_free_ char **ids = NULL, **keys = NULL;
+        HolderRecord *rec;
+        int r;
+
+        ids = calloc(1, sizeof(char *));
+        keys = calloc(1, sizeof(char *));
+        if (!ids || !keys)
                 return -ENOMEM;
-        *rec = (HolderRecord) { .id = id, .boot_match = boot_match };
-        rec->resource = strdup(resource);
-        rec->ids = calloc(1, sizeof(char *));
-        rec->keys = calloc(1, sizeof(char *));
-        if (!rec->resource || !rec->ids || !rec->keys)
-                goto fail;
         for (char * const *i = device_ids; *i; i++) {
                 size_t l;
                 uint32_t share;
 
-                if (strv_contains(rec->ids, *i))
+                if (strv_contains(ids, *i))
                         continue;
-                r = strv_extend(&rec->ids, *i);
+                r = strv_extend(&ids, *i);
                 if (r < 0)
-                        goto fail;
-                if (!strv_contains(rec->keys, *i)) {
-                        r = strv_extend(&rec->keys, *i);
+                        return r;
+                if (!strv_contains(keys, *i)) {
+                        r = strv_extend(&keys, *i);
                         if (r < 0)
-                                goto fail;
+                                return r;
                 }
                 if (policy_split_id(*i, &l, &share) >= 0) {
                         _cleanup_free_ char *gpu = strndup(*i, l);
 
-                        r = -ENOMEM;
                         if (!gpu)
-                                goto fail;
-                        if (!strv_contains(rec->keys, gpu)) {
-                                r = strv_consume(&rec->keys, TAKE_PTR(gpu));
+                                return -ENOMEM;
+                        if (!strv_contains(keys, gpu)) {
+                                r = strv_consume(&keys, TAKE_PTR(gpu));
                                 if (r < 0)
-                                        goto fail;
+                                        return r;
                         }
                 }
         }
+        rec = calloc(1, sizeof(HolderRecord));
+        if (!rec)
+                return -ENOMEM;
+        *rec = (HolderRecord) { .id = id, .boot_match = boot_match };
+        r = intern(h, resource, &rec->resource);
+        rec->ids = strv_pack(ids);
+        rec->keys = strv_pack(keys);
+        if (r < 0 || !rec->ids || !rec->keys) {
+                record_free(rec);
+                return r < 0 ? r : -ENOMEM;
+        }
         *ret = rec;
         return 0;
-
-fail:
-        record_free(rec);
-        return r;
 }
 
 int holders_add(Holders *h, uint64_t id, const char *resource, char * const *device_ids, const char *boot_id) {
@@ -341,7 +361,7 @@ int holders_add(Holders *h, uint64_t id, const char *resource, char * const *dev
                 h->records = v;
                 h->allocated_records = na;
         }
-        r = record_new(id, resource, device_ids,
+        r = record_new(h, id, resource, device_ids,
                        isempty(h->boot_id) || isempty(boot_id) || streq(h->boot_id, boot_id), &rec);
         if (r < 0)
                 return r;

@@ -122,10 +122,10 @@ static const char * const schema_steps[STORE_SCHEMA_VERSION] = {
 typedef struct StoreRow {
         uint64_t id;
         uint64_t created_usec;
-        char *resource;
-        char *boot_id;
-        char **device_ids;
-        char *pod_namespace;
+        const char *resource;   /* Store.names; NULL: an emptied row (rows_reconciled()) */
+        const char *boot_id;    /* Store.names */
+        char **device_ids;      /* strv_pack() once complete: one allocation */
+        char *pod_namespace;    /* NULL: "" (not seen yet) */
         char *pod_name;
         char *container_name;
 } StoreRow;
@@ -142,6 +142,7 @@ struct Store {
          * follow a commit (out of memory) is dropped and read again when next needed. */
         StoreRow *rows;
         size_t n_rows, allocated_rows;
+        char **names;           /* resource names and boot ids of the rows, each once */
         bool rows_loaded;
         Holders *holders;       /* index over rows for the sharing check; NULL: build anew */
 };
@@ -357,10 +358,26 @@ static int store_write_meta(Store *s, const char *key, const char *value) {
         return rc == SQLITE_DONE ? 0 : (sqlite_to_errno(rc) ?: -EIO);
 }
 
+static const char *nz(const char *s) {
+        return s ?: "";
+}
+
+static const char *empty_to_null(const char *s) {
+        return isempty(s) ? NULL : s;
+}
+
+/* The string as kept in s->names (rows share one copy of each resource and boot id). */
+static const char *intern(Store *s, const char *v) {
+        for (char **n = s->names; n && *n; n++)
+                if (streq(*n, v))
+                        return *n;
+        if (strv_extend(&s->names, v) < 0)
+                return NULL;
+        return s->names[strv_length(s->names) - 1];
+}
+
 static void row_done(StoreRow *row) {
-        free(row->resource);
-        free(row->boot_id);
-        strv_free(row->device_ids);
+        free(row->device_ids);
         free(row->pod_namespace);
         free(row->pod_name);
         free(row->container_name);
@@ -404,22 +421,28 @@ static StoreRow *rows_find(Store *s, uint64_t id) {
         return lo < s->n_rows && s->rows[lo].id == id ? &s->rows[lo] : NULL;
 }
 
-/* The row being read is complete: kept if valid, else dropped (logged). */
-static void rows_close_last(Store *s, bool bad) {
+/* The row being read (its ids in *ids) is complete: kept, its ids packed, if valid;
+ * else dropped (logged). */
+static int rows_close_last(Store *s, bool bad, char ***ids) {
+        _cleanup_strv_free_ char **l = TAKE_PTR(*ids);
         StoreRow *row = s->n_rows > 0 ? &s->rows[s->n_rows - 1] : NULL;
 
-        if (!row)
-                return;
-        if (bad || strv_length(row->device_ids) == 0) {
+        if (!row || row->device_ids)
+                return 0;               /* nothing open */
+        if (bad || strv_length(l) == 0) {
                 log_debug("Skipping malformed allocation row %" PRIu64 ".", row->id);
                 row_done(row);
                 s->n_rows--;
+                return 0;
         }
+        row->device_ids = strv_pack(l);
+        return row->device_ids ? 0 : -ENOMEM;
 }
 
 /* Reads every allocation (rows failing validation are skipped). */
 static int rows_load(Store *s) {
         sqlite3_stmt *st = s->stmt[STMT_LIST_ALL];
+        _cleanup_strv_free_ char **ids = NULL;  /* of the row being read */
         uint64_t cur = 0;
         bool bad = false;
         int rc, r = 0;
@@ -427,7 +450,7 @@ static int rows_load(Store *s) {
         rows_drop(s);
         for (;;) {
                 sqlite3_int64 id, created;
-                const char *resource, *boot_id, *device_id;
+                const char *resource, *boot_id, *device_id, *t;
                 StoreRow *row;
 
                 rc = sqlite3_step(st);
@@ -438,7 +461,9 @@ static int rows_load(Store *s) {
                 if (id <= 0 || (uint64_t) id < cur)
                         continue;
                 if ((uint64_t) id != cur) {
-                        rows_close_last(s, bad);
+                        r = rows_close_last(s, bad, &ids);
+                        if (r < 0)
+                                break;
                         cur = (uint64_t) id;
                         bad = false;
                         row = rows_push(s);
@@ -455,37 +480,45 @@ static int rows_load(Store *s) {
                                 continue;
                         }
                         row->created_usec = (uint64_t) created;
-                        row->resource = strdup(resource);
-                        row->boot_id = strdup(boot_id);
-                        row->pod_namespace = strdup(column_text(st, 5) ?: "");
-                        row->pod_name = strdup(column_text(st, 6) ?: "");
-                        row->container_name = strdup(column_text(st, 7) ?: "");
-                        if (!row->resource || !row->boot_id || !row->pod_namespace || !row->pod_name ||
-                            !row->container_name) {
+                        row->resource = intern(s, resource);
+                        row->boot_id = intern(s, boot_id);
+                        if (!row->resource || !row->boot_id) {
+                                r = -ENOMEM;
+                                break;
+                        }
+                        t = column_text(st, 5);
+                        row->pod_namespace = isempty(t) ? NULL : strdup(t);
+                        t = column_text(st, 6);
+                        row->pod_name = isempty(t) ? NULL : strdup(t);
+                        t = column_text(st, 7);
+                        row->container_name = isempty(t) ? NULL : strdup(t);
+                        if ((!row->pod_namespace && !isempty(column_text(st, 5))) ||
+                            (!row->pod_name && !isempty(column_text(st, 6))) ||
+                            (!row->container_name && !isempty(column_text(st, 7)))) {
                                 r = -ENOMEM;
                                 break;
                         }
                 }
-                row = &s->rows[s->n_rows - 1];
                 if (bad || sqlite3_column_type(st, 4) == SQLITE_NULL)
                         continue;       /* an allocation without devices: dropped when closed */
                 device_id = column_text(st, 4);
-                if (isempty(device_id) || strv_length(row->device_ids) >= STORE_IDS_MAX) {
+                if (isempty(device_id) || strv_length(ids) >= STORE_IDS_MAX) {
                         bad = true;
                         continue;
                 }
-                r = strv_extend(&row->device_ids, device_id);
+                r = strv_extend(&ids, device_id);
                 if (r < 0)
                         break;
         }
         if (r >= 0 && rc != SQLITE_DONE)
                 r = sqlite_to_errno(rc) ?: -EIO;
         sqlite3_reset(st);
+        if (r >= 0)
+                r = rows_close_last(s, bad, &ids);
         if (r < 0) {
                 rows_drop(s);
                 return r;
         }
-        rows_close_last(s, bad);
         s->rows_loaded = true;
         return 0;
 }
@@ -506,15 +539,11 @@ static void rows_add(Store *s, uint64_t id, const char *resource, char * const *
                 *row = (StoreRow) {
                         .id = id,
                         .created_usec = created_usec,
-                        .resource = strdup(resource),
-                        .boot_id = strdup(s->boot_id),
-                        .device_ids = strv_copy(device_ids),
-                        .pod_namespace = strdup(""),
-                        .pod_name = strdup(""),
-                        .container_name = strdup(""),
+                        .resource = intern(s, resource),
+                        .boot_id = intern(s, s->boot_id),
+                        .device_ids = strv_pack(device_ids),
                 };
-                if (row->resource && row->boot_id && row->device_ids && row->pod_namespace && row->pod_name &&
-                    row->container_name) {
+                if (row->resource && row->boot_id && row->device_ids) {
                         if (s->holders && holders_add(s->holders, id, resource, device_ids, s->boot_id) < 0)
                                 s->holders = holders_free(s->holders);
                         return;
@@ -653,6 +682,7 @@ Store *store_free(Store *s) {
         if (!s)
                 return NULL;
         rows_drop(s);
+        strv_free(s->names);
         for (size_t i = 0; i < _STMT_MAX; i++)
                 sqlite3_finalize(s->stmt[i]);
         sqlite3_close(s->db);
@@ -799,8 +829,8 @@ static int store_bind_text(sqlite3_stmt *st, int i, const char *v) {
 }
 
 static bool holder_unchanged(const StoreRow *row, const StoreHolder *h) {
-        return streq(row->pod_namespace, h->pod_namespace ?: "") && streq(row->pod_name, h->pod_name ?: "") &&
-               streq(row->container_name, h->container_name ?: "");
+        return streq(nz(row->pod_namespace), nz(h->pod_namespace)) && streq(nz(row->pod_name), nz(h->pod_name)) &&
+               streq(nz(row->container_name), nz(h->container_name));
 }
 
 /* The committed reconciliation, applied to the rows (and the holder index). */
@@ -815,9 +845,9 @@ static void rows_reconciled(Store *s, const uint64_t *release, size_t n_release,
 
                 if (!row)
                         continue;
-                if (free_and_strdup(&row->pod_namespace, holders[i].pod_namespace ?: "") < 0 ||
-                    free_and_strdup(&row->pod_name, holders[i].pod_name ?: "") < 0 ||
-                    free_and_strdup(&row->container_name, holders[i].container_name ?: "") < 0) {
+                if (free_and_strdup(&row->pod_namespace, empty_to_null(holders[i].pod_namespace)) < 0 ||
+                    free_and_strdup(&row->pod_name, empty_to_null(holders[i].pod_name)) < 0 ||
+                    free_and_strdup(&row->container_name, empty_to_null(holders[i].container_name)) < 0) {
                         rows_drop(s);
                         return;
                 }
