@@ -470,34 +470,44 @@ int holders_remove(Holders *h, uint64_t id) {
         return r;
 }
 
-int holders_count(const Holders *h, const char *resource, const char *gpu_key, uint32_t *ret) {
+/* The entry of (resource, s) in m, or NULL. */
+static int map_lookup(const Map *m, const char *resource, const char *s, const MapEntry **ret) {
         _cleanup_(map_key_done) MapKey key = {};
+        int r;
+
+        if (!resource || !s)
+                return -EINVAL;
+        r = map_key(&key, resource, s);
+        if (r < 0)
+                return r;
+        *ret = map_find(m, &key);
+        return 0;
+}
+
+int holders_count(const Holders *h, const char *resource, const char *gpu_key, uint32_t *ret) {
         const MapEntry *e;
         int r;
 
-        if (!h || !resource || !gpu_key)
+        if (!h)
                 return -EINVAL;
-        r = map_key(&key, resource, gpu_key);
+        r = map_lookup(&h->counts, resource, gpu_key, &e);
         if (r < 0)
                 return r;
-        e = map_find(&h->counts, &key);
         *ret = e ? (uint32_t) e->value : 0;
         return 0;
 }
 
 int holders_live_claimer(const Holders *h, const char *resource, const char *device_id,
                          const HolderRecord **ret) {
-        _cleanup_(map_key_done) MapKey key = {};
         const MapEntry *e;
         const IdList *l;
         int r;
 
-        if (!h || !resource || !device_id)
+        if (!h)
                 return -EINVAL;
-        r = map_key(&key, resource, device_id);
+        r = map_lookup(&h->ids, resource, device_id, &e);
         if (r < 0)
                 return r;
-        e = map_find(&h->ids, &key);
         l = e ? (const IdList *) e->value : NULL;
         *ret = l && l->n > 0 && record_counts(l->v[l->n - 1]) ? l->v[l->n - 1] : NULL;
         return 0;

@@ -41,6 +41,8 @@ static int id_ref_cmp(const void *a, const void *b) {
 /* The GPUs one call touches, each with the number of its containers on it (a container
  * counts once per GPU). */
 typedef struct CallGpus {
+        uint32_t limit;
+        size_t total;           /* ids in the call */
         const Gpu **gpus;
         uint32_t *holders;
         size_t n;
@@ -55,13 +57,18 @@ static void call_gpus_done(CallGpus *c) {
         c->owned = mfree(c->owned);
 }
 
+/* 0: nothing to check (no limit, or no GPU in the call); 1: c is filled; or an error. */
 static int call_gpus(const Resources *r, const char *resource, char ** const *requests, size_t n_requests,
                      CallGpus *c, ResourceError *e) {
         size_t total = 0;
         int k;
 
+        c->limit = resources_share_limit(r, resource);
+        if (c->limit == 0)
+                return 0;
         for (size_t i = 0; i < n_requests; i++)
                 total += strv_length(requests[i]);
+        c->total = total;
         k = resources_devices(r, resource, &c->owned, &c->devices, &c->n_devices);
         if (k < 0)
                 return resource_error_set(e, KGPU_ERROR_UNKNOWN_RESOURCE, k, "Cannot list devices of '%s'", resource);
@@ -92,10 +99,12 @@ static int call_gpus(const Resources *r, const char *resource, char ** const *re
                         c->holders[g]++;
                 }
         }
-        return 0;
+        return c->n > 0;
 }
 
-static int over_limit(const CallGpus *c, const char *resource, uint32_t limit, ResourceError *e) {
+static int over_limit(const CallGpus *c, const char *resource, ResourceError *e) {
+        uint32_t limit = c->limit;
+
         for (size_t g = 0; g < c->n; g++)
                 if (c->holders[g] > limit)
                         return resource_error_set(e, KGPU_ERROR_EXHAUSTED, -EBUSY,
@@ -112,19 +121,12 @@ int sharing_check(const Resources *r, const char *resource, const char *boot_id,
         _cleanup_(call_gpus_done) CallGpus c = {};
         _cleanup_free_ bool *same = NULL, *dead = NULL;
         _cleanup_free_ IdRef *refs = NULL;
-        uint32_t limit = resources_share_limit(r, resource);
-        size_t total = 0, n_refs = 0;
+        size_t n_refs = 0;
         int k;
 
-        if (limit == 0)
-                return 0;
         k = call_gpus(r, resource, requests, n_requests, &c, e);
-        if (k < 0)
+        if (k <= 0)
                 return k;
-        if (c.n == 0)
-                return 0;
-        for (size_t i = 0; i < n_requests; i++)
-                total += strv_length(requests[i]);
 
         /* Superseded: one of its ids went to a newer allocation of the resource (of any
          * boot, touching any GPU) or to this call. */
@@ -137,7 +139,7 @@ int sharing_check(const Resources *r, const char *resource, const char *boot_id,
                         same[a] = true;
                         n_refs += strv_length(records[a].device_ids);
                 }
-        refs = calloc(n_refs + total + 1, sizeof(IdRef));
+        refs = calloc(n_refs + c.total + 1, sizeof(IdRef));
         if (!refs)
                 return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
         n_refs = 0;
@@ -167,7 +169,7 @@ int sharing_check(const Resources *r, const char *resource, const char *boot_id,
                                         break;
                                 }
         }
-        return over_limit(&c, resource, limit, e);
+        return over_limit(&c, resource, e);
 }
 
 static int ptr_cmp(const void *a, const void *b) {
@@ -180,22 +182,15 @@ int sharing_check_index(const Holders *h, const Resources *r, const char *resour
                         char ** const *requests, size_t n_requests, ResourceError *e) {
         _cleanup_(call_gpus_done) CallGpus c = {};
         _cleanup_free_ const HolderRecord **replaced = NULL;
-        uint32_t limit = resources_share_limit(r, resource);
-        size_t total = 0, n_replaced = 0;
+        size_t n_replaced = 0;
         int k;
 
-        if (limit == 0)
-                return 0;
         k = call_gpus(r, resource, requests, n_requests, &c, e);
-        if (k < 0)
+        if (k <= 0)
                 return k;
-        if (c.n == 0)
-                return 0;
-        for (size_t i = 0; i < n_requests; i++)
-                total += strv_length(requests[i]);
 
         /* The holders the call replaces: the live claimers of its ids, each once. */
-        replaced = calloc(total + 1, sizeof(HolderRecord *));
+        replaced = calloc(c.total + 1, sizeof(HolderRecord *));
         if (!replaced)
                 return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
         for (size_t i = 0; i < n_requests; i++)
@@ -223,7 +218,7 @@ int sharing_check_index(const Holders *h, const Resources *r, const char *resour
                                 n--;
                 c.holders[g] += n;
         }
-        return over_limit(&c, resource, limit, e);
+        return over_limit(&c, resource, e);
 }
 
 typedef struct Collected {
