@@ -417,11 +417,9 @@ typedef struct Forward {
         BrokerForwardKind kind;
         size_t n_containers;
         uint32_t timeout_ms;
-        /* An Allocate of a shared resource refused as over its sharing limit is asked
-         * again once, after a reconciliation: the resource name and the request. */
-        char *resource;
-        uint8_t *request;
-        size_t request_len;
+        /* An Allocate the broker refuses as over a sharing limit is asked again once,
+         * after a reconciliation: the call as sent, to be copied into a new one. */
+        sd_bus_message *req;
         bool retried;
 } Forward;
 
@@ -431,12 +429,10 @@ static void forward_free(void *userdata) {
         if (!f)
                 return;
         grpc_call_unref(f->call);
-        free(f->resource);
-        free(f->request);
+        sd_bus_message_unref(f->req);
         free(f);
 }
 
-static int forward_start(Manager *m, Forward *f);
 static void on_retry_synced(int result, void *userdata);
 
 static const char *const forward_member[] = {
@@ -474,7 +470,7 @@ static int on_forward_reply(sd_bus_message *reply, void *userdata, sd_bus_error 
                  * broker release the rest, and ask once more. A reconciliation only ever
                  * releases, so an Allocate admitted without one would be admitted after
                  * one too: only refusals wait for the kubelet. */
-                if (f->resource && !f->retried && sd_bus_error_has_name(e, KGPU_ERROR_EXHAUSTED) &&
+                if (f->req && !f->retried && sd_bus_error_has_name(e, KGPU_ERROR_EXHAUSTED) &&
                     f->manager->pod_resources) {
                         Forward *again = calloc(1, sizeof(Forward));
 
@@ -482,8 +478,7 @@ static int on_forward_reply(sd_bus_message *reply, void *userdata, sd_bus_error 
                                 *again = *f;
                                 again->call = grpc_call_ref(f->call);
                                 again->retried = true;
-                                f->resource = NULL;
-                                f->request = NULL;
+                                f->req = NULL;
                                 if (pod_resources_sync(f->manager->pod_resources, on_retry_synced, again) >= 0) {
                                         log_debug("%s: %s; reconciling with the kubelet and asking again.",
                                                   grpc_call_get_method(f->call), e->message ?: e->name);
@@ -526,78 +521,64 @@ static int on_forward_reply(sd_bus_message *reply, void *userdata, sd_bus_error 
 
 static int forward_send(Manager *m, sd_bus_message *req, Forward *f);
 
-/* Builds the broker call from the kubelet's request and sends it; f is consumed. */
-static int forward_start(Manager *m, Forward *f) {
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *req = NULL;
-        const char *reason = NULL;
-        int r;
-
-        if (!m->broker_present) {
-                r = grpc_call_finish(f->call, GRPC_STATUS_UNAVAILABLE, "kgpu-brokerd (io.kgpu.Broker1) is not running");
-                forward_free(f);
-                return r;
-        }
-        r = broker_new_call(m, forward_member[f->kind], &req);
-        if (r >= 0)
-                r = sd_bus_message_append(req, "s", f->resource);
-        if (r >= 0)
-                switch (f->kind) {
-                case BROKER_FORWARD_ALLOCATE:
-                        r = grpcd_allocate_request_to_bus(f->request, f->request_len, req, &f->n_containers, &reason);
-                        break;
-                case BROKER_FORWARD_PREFERRED:
-                        r = grpcd_preferred_request_to_bus(f->request, f->request_len, req, &f->n_containers, &reason);
-                        break;
-                case BROKER_FORWARD_PRESTART:
-                        r = grpcd_prestart_request_to_bus(f->request, f->request_len, req, &reason);
-                        break;
-                }
-        if (r == -EBADMSG || r == -EINVAL) {
-                r = grpc_call_finish(f->call, GRPC_STATUS_INVALID_ARGUMENT, reason ?: "invalid request");
-                forward_free(f);
-                return r;
-        }
-        if (r < 0) {
-                log_debug_errno(r, "Failed to build the %s call: %m", forward_member[f->kind]);
-                r = grpc_call_finish(f->call, GRPC_STATUS_INTERNAL, "internal error building the broker call");
-                forward_free(f);
-                return r;
-        }
-        /* Only an Allocate is asked again (on_forward_reply()), once. */
-        if (f->kind != BROKER_FORWARD_ALLOCATE || f->retried) {
-                f->resource = mfree(f->resource);
-                f->request = mfree(f->request);
-        }
-        return forward_send(m, req, f);
-}
-
 int broker_client_forward(Plugin *p, GrpcCall *call, BrokerForwardKind kind,
                           const uint8_t *msg, size_t len) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *req = NULL;
         Manager *m = p->manager;
+        const char *reason = NULL;
+        size_t n_containers = 0;
         Forward *f;
+        int r;
 
         if ((unsigned) kind >= ELEMENTSOF(forward_member))
                 return -EINVAL;
 
-        f = calloc(1, sizeof(*f));
-        if (f) {
-                *f = (Forward) {
-                        .manager = m,
-                        .call = grpc_call_ref(call),
-                        .kind = kind,
-                        .timeout_ms = (uint32_t) (broker_timeout_usec(m) / 1000),
-                        .resource = strdup(p->resource),
-                        .request = malloc(len ?: 1),
-                        .request_len = len,
-                };
-                if (f->resource && f->request) {
-                        if (len > 0)
-                                memcpy(f->request, msg, len);
-                        return forward_start(m, f);
-                }
-                forward_free(f);
+        if (!m->broker_present)
+                return grpc_call_finish(call, GRPC_STATUS_UNAVAILABLE,
+                                        "kgpu-brokerd (io.kgpu.Broker1) is not running");
+
+        r = broker_new_call(m, forward_member[kind], &req);
+        if (r < 0)
+                goto internal;
+        r = sd_bus_message_append(req, "s", p->resource);
+        if (r < 0)
+                goto internal;
+
+        switch (kind) {
+        case BROKER_FORWARD_ALLOCATE:
+                r = grpcd_allocate_request_to_bus(msg, len, req, &n_containers, &reason);
+                break;
+        case BROKER_FORWARD_PREFERRED:
+                r = grpcd_preferred_request_to_bus(msg, len, req, &n_containers, &reason);
+                break;
+        case BROKER_FORWARD_PRESTART:
+                r = grpcd_prestart_request_to_bus(msg, len, req, &reason);
+                break;
         }
-        log_debug("Out of memory forwarding %s.", forward_member[kind]);
+        if (r == -EBADMSG || r == -EINVAL)
+                return grpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
+                                        reason ?: "invalid request");
+        if (r < 0)
+                goto internal;
+
+        f = calloc(1, sizeof(*f));
+        if (!f) {
+                r = -ENOMEM;
+                goto internal;
+        }
+        *f = (Forward) {
+                .manager = m,
+                .call = grpc_call_ref(call),
+                .kind = kind,
+                .n_containers = n_containers,
+                .timeout_ms = (uint32_t) (broker_timeout_usec(m) / 1000),
+                /* Only an Allocate is asked again (on_forward_reply()). */
+                .req = kind == BROKER_FORWARD_ALLOCATE ? sd_bus_message_ref(req) : NULL,
+        };
+        return forward_send(m, req, f);
+
+internal:
+        log_debug_errno(r, "Failed to build the %s call: %m", forward_member[kind]);
         return grpc_call_finish(call, GRPC_STATUS_INTERNAL, "internal error building the broker call");
 }
 
@@ -643,5 +624,19 @@ static void on_retry_synced(int result, void *userdata) {
                 forward_free(f);
                 return;
         }
-        (void) forward_start(f->manager, f);        /* f->retried: a second refusal is the answer */
+        /* The same call once more (f->retried: a second refusal is the answer). */
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *sent = TAKE_PTR(f->req), *req = NULL;
+        int r = broker_new_call(f->manager, forward_member[f->kind], &req);
+
+        if (r >= 0)
+                r = sd_bus_message_rewind(sent, true);
+        if (r >= 0)
+                r = sd_bus_message_copy(req, sent, true);
+        if (r < 0) {
+                log_debug_errno(r, "Failed to build the %s call again: %m", forward_member[f->kind]);
+                (void) grpc_call_finish(f->call, GRPC_STATUS_INTERNAL, "internal error building the broker call");
+                forward_free(f);
+                return;
+        }
+        (void) forward_send(f->manager, req, f);
 }
