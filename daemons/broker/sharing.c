@@ -223,22 +223,10 @@ int sharing_check_index(const Holders *h, const Resources *r, const char *resour
 
 typedef struct Collected {
         SharingRecord *records;
-        char ***owned_ids;
-        char **owned_strings;   /* resource, boot id pairs */
         size_t n, allocated;
 } Collected;
 
-static void collected_done(Collected *c) {
-        for (size_t i = 0; i < c->n; i++) {
-                strv_free(c->owned_ids[i]);
-                free(c->owned_strings[2 * i]);
-                free(c->owned_strings[2 * i + 1]);
-        }
-        free(c->records);
-        free(c->owned_ids);
-        free(c->owned_strings);
-}
-
+/* Borrows the store's strings: nothing changes the store during the check. */
 static int collect_one(uint64_t id, const char *resource, char * const *device_ids,
                        uint64_t created_usec, const char *boot_id, void *userdata) {
         Collected *c = userdata;
@@ -246,40 +234,19 @@ static int collect_one(uint64_t id, const char *resource, char * const *device_i
         if (c->n == c->allocated) {
                 size_t na = MAX(c->allocated * 2, (size_t) 64);
                 SharingRecord *r = reallocarray(c->records, na, sizeof(SharingRecord));
+
                 if (!r)
                         return -ENOMEM;
                 c->records = r;
-                char ***o = reallocarray(c->owned_ids, na, sizeof(char **));
-                if (!o)
-                        return -ENOMEM;
-                c->owned_ids = o;
-                char **s = reallocarray(c->owned_strings, 2 * na, sizeof(char *));
-                if (!s)
-                        return -ENOMEM;
-                c->owned_strings = s;
                 c->allocated = na;
         }
-        c->owned_ids[c->n] = strv_copy(device_ids);
-        c->owned_strings[2 * c->n] = strdup(resource ?: "");
-        c->owned_strings[2 * c->n + 1] = strdup(boot_id ?: "");
-        if (!c->owned_ids[c->n] || !c->owned_strings[2 * c->n] || !c->owned_strings[2 * c->n + 1]) {
-                strv_free(c->owned_ids[c->n]);
-                free(c->owned_strings[2 * c->n]);
-                free(c->owned_strings[2 * c->n + 1]);
-                return -ENOMEM;
-        }
-        c->records[c->n] = (SharingRecord) {
-                .resource = c->owned_strings[2 * c->n],
-                .device_ids = c->owned_ids[c->n],
-                .boot_id = c->owned_strings[2 * c->n + 1],
-        };
-        c->n++;
+        c->records[c->n++] = (SharingRecord) { .resource = resource, .device_ids = device_ids, .boot_id = boot_id };
         return 0;
 }
 
 int sharing_check_store(Store *s, const Resources *r, const char *resource, const char *boot_id,
                         char ** const *requests, size_t n_requests, ResourceError *e) {
-        _cleanup_(collected_done) Collected c = {};
+        Collected c = {};
         const Holders *h;
         int k;
 
@@ -288,9 +255,13 @@ int sharing_check_store(Store *s, const Resources *r, const char *resource, cons
         h = store_get_holders(s);
         if (h)
                 return sharing_check_index(h, r, resource, requests, n_requests, e);
+        /* No index (it could not be built): the reference scan. */
         k = store_foreach_allocation(s, 0, collect_one, &c);
-        if (k < 0)
-                return resource_error_set(e, KGPU_ERROR_STATE, k, "Failed to read the state database: %s",
-                                          strerror(-k));
-        return sharing_check(r, resource, boot_id, c.records, c.n, requests, n_requests, e);
+        if (k >= 0)
+                k = sharing_check(r, resource, boot_id, c.records, c.n, requests, n_requests, e);
+        else
+                k = resource_error_set(e, KGPU_ERROR_STATE, k, "Failed to read the state database: %s",
+                                       strerror(-k));
+        free(c.records);
+        return k;
 }

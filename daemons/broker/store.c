@@ -122,7 +122,7 @@ static const char * const schema_steps[STORE_SCHEMA_VERSION] = {
 typedef struct StoreRow {
         uint64_t id;
         uint64_t created_usec;
-        const char *resource;   /* Store.names; NULL: an emptied row (rows_reconciled()) */
+        const char *resource;   /* Store.names; NULL: an emptied row (rows_release()) */
         const char *boot_id;    /* Store.names */
         char **device_ids;      /* strv_pack() once complete: one allocation */
         char *pod_namespace;    /* NULL: "" (not seen yet) */
@@ -450,7 +450,7 @@ static int rows_load(Store *s) {
         rows_drop(s);
         for (;;) {
                 sqlite3_int64 id, created;
-                const char *resource, *boot_id, *device_id, *t;
+                const char *resource, *boot_id, *device_id;
                 StoreRow *row;
 
                 rc = sqlite3_step(st);
@@ -486,18 +486,13 @@ static int rows_load(Store *s) {
                                 r = -ENOMEM;
                                 break;
                         }
-                        t = column_text(st, 5);
-                        row->pod_namespace = isempty(t) ? NULL : strdup(t);
-                        t = column_text(st, 6);
-                        row->pod_name = isempty(t) ? NULL : strdup(t);
-                        t = column_text(st, 7);
-                        row->container_name = isempty(t) ? NULL : strdup(t);
-                        if ((!row->pod_namespace && !isempty(column_text(st, 5))) ||
-                            (!row->pod_name && !isempty(column_text(st, 6))) ||
-                            (!row->container_name && !isempty(column_text(st, 7)))) {
-                                r = -ENOMEM;
+                        r = free_and_strdup(&row->pod_namespace, empty_to_null(column_text(st, 5)));
+                        if (r >= 0)
+                                r = free_and_strdup(&row->pod_name, empty_to_null(column_text(st, 6)));
+                        if (r >= 0)
+                                r = free_and_strdup(&row->container_name, empty_to_null(column_text(st, 7)));
+                        if (r < 0)
                                 break;
-                        }
                 }
                 if (bad || sqlite3_column_type(st, 4) == SQLITE_NULL)
                         continue;       /* an allocation without devices: dropped when closed */
@@ -833,27 +828,26 @@ static bool holder_unchanged(const StoreRow *row, const StoreHolder *h) {
                streq(nz(row->container_name), nz(h->container_name));
 }
 
-/* The committed reconciliation, applied to the rows (and the holder index). */
-static void rows_reconciled(Store *s, const uint64_t *release, size_t n_release,
-                            const StoreHolder *holders, size_t n_holders) {
+/* Committed holders, copied to the rows. */
+static void rows_set_holders(Store *s, const StoreHolder * const *set, size_t n) {
+        for (size_t i = 0; s->rows_loaded && i < n; i++) {
+                StoreRow *row = rows_find(s, set[i]->id);
+
+                if (row && (free_and_strdup(&row->pod_namespace, empty_to_null(set[i]->pod_namespace)) < 0 ||
+                            free_and_strdup(&row->pod_name, empty_to_null(set[i]->pod_name)) < 0 ||
+                            free_and_strdup(&row->container_name, empty_to_null(set[i]->container_name)) < 0))
+                        rows_drop(s);   /* read again when next needed */
+        }
+}
+
+/* Committed releases, taken out of the rows and the holder index. */
+static void rows_release(Store *s, const uint64_t *ids, size_t n) {
         size_t kept = 0;
 
-        if (!s->rows_loaded)
+        if (!s->rows_loaded || n == 0)
                 return;
-        for (size_t i = 0; i < n_holders; i++) {
-                StoreRow *row = rows_find(s, holders[i].id);
-
-                if (!row)
-                        continue;
-                if (free_and_strdup(&row->pod_namespace, empty_to_null(holders[i].pod_namespace)) < 0 ||
-                    free_and_strdup(&row->pod_name, empty_to_null(holders[i].pod_name)) < 0 ||
-                    free_and_strdup(&row->container_name, empty_to_null(holders[i].container_name)) < 0) {
-                        rows_drop(s);
-                        return;
-                }
-        }
-        for (size_t i = 0; i < n_release; i++) {
-                StoreRow *row = rows_find(s, release[i]);
+        for (size_t i = 0; i < n; i++) {
+                StoreRow *row = rows_find(s, ids[i]);
 
                 if (!row)
                         continue;
@@ -944,9 +938,8 @@ int store_reconcile(Store *s, const uint64_t *release, size_t n_release,
         if (r < 0)
                 goto rollback;
         log_debug("Reconciled: released %zu allocation(s), %zu new holder(s) recorded.", n_del, n_set);
-        for (size_t i = 0; i < n_set; i++)
-                rows_reconciled(s, NULL, 0, set[i], 1);
-        rows_reconciled(s, del, n_del, NULL, 0);
+        rows_set_holders(s, set, n_set);
+        rows_release(s, del, n_del);
         return 0;
 
 rollback:
