@@ -159,6 +159,21 @@ bool strv_equal(char * const *a, char * const *b) {
         return true;
 }
 
+int array_reserve(void **p, size_t *allocated, size_t need, size_t size) {
+        size_t na;
+        void *v;
+
+        if (need <= *allocated)
+                return 0;
+        na = MAX(MAX(*allocated * 2, need), (size_t) 8);
+        v = reallocarray(*p, na, size);
+        if (!v)
+                return -ENOMEM;
+        *p = v;
+        *allocated = na;
+        return 0;
+}
+
 int free_and_strdup(char **p, const char *s) {
         char *t = NULL;
 

@@ -41,6 +41,10 @@ char *strv_join(char * const *l, const char *sep);
 void strv_sort(char **l);
 bool strv_equal(char * const *a, char * const *b);
 
+/* Makes the array *p (of elements of size bytes, *allocated of them) hold at least need
+ * elements, growing it geometrically (at least 8). -ENOMEM leaves it as it was. */
+int array_reserve(void **p, size_t *allocated, size_t need, size_t size);
+
 /* Replaces *p by a copy of s (s may be NULL). */
 int free_and_strdup(char **p, const char *s);
 

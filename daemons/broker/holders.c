@@ -352,15 +352,9 @@ int holders_add(Holders *h, uint64_t id, const char *resource, char * const *dev
         if (!h || isempty(resource) || strv_length(device_ids) == 0 ||
             (h->n_records > 0 && id <= h->records[h->n_records - 1]->id))
                 return -EINVAL;
-        if (h->n_records == h->allocated_records) {
-                size_t na = MAX(h->allocated_records * 2, (size_t) 64);
-                HolderRecord **v = reallocarray(h->records, na, sizeof(HolderRecord *));
-
-                if (!v)
-                        return -ENOMEM;
-                h->records = v;
-                h->allocated_records = na;
-        }
+        r = array_reserve((void **) &h->records, &h->allocated_records, h->n_records + 1, sizeof(HolderRecord *));
+        if (r < 0)
+                return r;
         r = record_new(h, id, resource, device_ids,
                        isempty(h->boot_id) || isempty(boot_id) || streq(h->boot_id, boot_id), &rec);
         if (r < 0)
@@ -385,15 +379,9 @@ int holders_add(Holders *h, uint64_t id, const char *resource, char * const *dev
                                 return -ENOMEM;
                         e->value = (uintptr_t) l;
                 }
-                if (l->n == l->allocated) {
-                        size_t na = MAX(l->allocated * 2, (size_t) 4);
-                        HolderRecord **v = reallocarray(l->v, na, sizeof(HolderRecord *));
-
-                        if (!v)
-                                return -ENOMEM;
-                        l->v = v;
-                        l->allocated = na;
-                }
+                r = array_reserve((void **) &l->v, &l->allocated, l->n + 1, sizeof(HolderRecord *));
+                if (r < 0)
+                        return r;
                 if (l->n > 0) {
                         r = record_stale(h, l->v[l->n - 1], +1);
                         if (r < 0)

@@ -170,15 +170,8 @@ static int collect_allocation(uint64_t id, const char *resource, char * const *d
                               uint64_t created_usec, const char *boot_id, void *userdata) {
         Collect *c = userdata;
 
-        if (c->n >= c->allocated) {
-                size_t na = MAX(c->allocated * 2, (size_t) 64);
-                ReconcileAllocation *p = reallocarray(c->a, na, sizeof(ReconcileAllocation));
-
-                if (!p)
-                        return -ENOMEM;
-                c->a = p;
-                c->allocated = na;
-        }
+        if (array_reserve((void **) &c->a, &c->allocated, c->n + 1, sizeof(ReconcileAllocation)) < 0)
+                return -ENOMEM;
         c->a[c->n++] = (ReconcileAllocation) {
                 .id = id,
                 .created_usec = created_usec,

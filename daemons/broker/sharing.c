@@ -231,15 +231,8 @@ static int collect_one(uint64_t id, const char *resource, char * const *device_i
                        uint64_t created_usec, const char *boot_id, void *userdata) {
         Collected *c = userdata;
 
-        if (c->n == c->allocated) {
-                size_t na = MAX(c->allocated * 2, (size_t) 64);
-                SharingRecord *r = reallocarray(c->records, na, sizeof(SharingRecord));
-
-                if (!r)
-                        return -ENOMEM;
-                c->records = r;
-                c->allocated = na;
-        }
+        if (array_reserve((void **) &c->records, &c->allocated, c->n + 1, sizeof(SharingRecord)) < 0)
+                return -ENOMEM;
         c->records[c->n++] = (SharingRecord) { .resource = resource, .device_ids = device_ids, .boot_id = boot_id };
         return 0;
 }

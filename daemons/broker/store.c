@@ -394,15 +394,8 @@ static void rows_drop(Store *s) {
 }
 
 static StoreRow *rows_push(Store *s) {
-        if (s->n_rows == s->allocated_rows) {
-                size_t na = MAX(s->allocated_rows * 2, (size_t) 64);
-                StoreRow *v = reallocarray(s->rows, na, sizeof(StoreRow));
-
-                if (!v)
-                        return NULL;
-                s->rows = v;
-                s->allocated_rows = na;
-        }
+        if (array_reserve((void **) &s->rows, &s->allocated_rows, s->n_rows + 1, sizeof(StoreRow)) < 0)
+                return NULL;
         s->rows[s->n_rows] = (StoreRow) {};
         return &s->rows[s->n_rows++];
 }

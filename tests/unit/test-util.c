@@ -53,6 +53,33 @@ START_TEST(test_strv) {
 }
 END_TEST
 
+START_TEST(test_array_reserve) {
+        _cleanup_free_ uint32_t *v = NULL;
+        size_t allocated = 0;
+        char *in[] = { (char *) "a", (char *) "bc", (char *) "", NULL };
+        _cleanup_free_ char **packed = strv_pack(in);
+
+        ck_assert_int_eq(array_reserve((void **) &v, &allocated, 0, sizeof(uint32_t)), 0);
+        ck_assert_ptr_null(v);
+        for (uint32_t i = 0; i < 1000; i++) {
+                size_t before = allocated;
+
+                ck_assert_int_eq(array_reserve((void **) &v, &allocated, i + 1, sizeof(uint32_t)), 0);
+                ck_assert_uint_ge(allocated, i + 1);
+                /* geometric: it grows only when full, at least doubling */
+                ck_assert(allocated == before || allocated >= MAX(2 * before, (size_t) 8));
+                v[i] = i;
+        }
+        for (uint32_t i = 0; i < 1000; i++)
+                ck_assert_uint_eq(v[i], i);
+
+        /* strv_pack: one allocation, same strings */
+        ck_assert_ptr_nonnull(packed);
+        ck_assert(strv_equal(packed, in));
+        ck_assert_ptr_ne(packed[0], in[0]);
+}
+END_TEST
+
 START_TEST(test_files) {
         char dir[] = "/tmp/kgpu-test-util-XXXXXX";
         _cleanup_free_ char *s = NULL;
@@ -79,6 +106,7 @@ static Suite *util_suite(void) {
 
         tcase_add_test(tc, test_parse_numbers);
         tcase_add_test(tc, test_strv);
+        tcase_add_test(tc, test_array_reserve);
         tcase_add_test(tc, test_files);
         suite_add_tcase(s, tc);
         return s;
