@@ -7,6 +7,7 @@
 #define KGPU_PROBE_INTERFACE       "io.kgpu.Probe1"
 #define KGPU_GPU_PATH_PREFIX       "/io/kgpu/Probe1/gpu"
 #define KGPU_GPU_INTERFACE         "io.kgpu.Gpu1"
+#define KGPU_KUBELET_INTERFACE     "io.kgpu.Kubelet1"   /* on KGPU_PROBE_PATH */
 
 #define KGPU_BROKER_BUS_NAME       "io.kgpu.Broker1"
 #define KGPU_BROKER_PATH           "/io/kgpu/Broker1"
@@ -21,3 +22,5 @@
 #define KGPU_ERROR_STATE            "io.kgpu.Error.StateUnavailable"
 #define KGPU_ERROR_ACCESS_DENIED    "io.kgpu.Error.AccessDenied"
 #define KGPU_ERROR_MPS_FAILED       "io.kgpu.Error.MpsFailed"
+#define KGPU_ERROR_KUBELET_UNAVAILABLE "io.kgpu.Error.KubeletUnavailable"
+#define KGPU_ERROR_REFUSED          "io.kgpu.Error.Refused"

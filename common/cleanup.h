@@ -86,6 +86,15 @@ static inline void *mfree(void *p) {
         return NULL;
 }
 
+/* Frees a and moves b into it, leaving b NULL. */
+#define free_and_replace(a, b)                          \
+        ({                                              \
+                free(a);                                \
+                (a) = (b);                              \
+                (b) = NULL;                             \
+                0;                                      \
+        })
+
 static inline int negative_errno(void) {
         /* Use at call sites of libc functions that set errno; never returns 0. */
         return errno > 0 ? -errno : -EIO;

@@ -1642,13 +1642,30 @@ static int client_defer(sd_event_source *src, void *userdata) {
         return 0;
 }
 
-static int client_call_start(GrpcClientCall *c, const char *socket_path, uint64_t timeout_usec) {
+static int client_connect(const char *socket_path) {
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        _cleanup_close_ int fd = -EBADF;
+        size_t l = strlen(socket_path);
+
+        if (l == 0 || l >= sizeof sa.sun_path)
+                return -EINVAL;
+        memcpy(sa.sun_path, socket_path, l);
+
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return -errno;
+        /* AF_UNIX connects complete or fail at once, EAGAIN meaning a full backlog. */
+        if (connect(fd, (struct sockaddr *) &sa, offsetof(struct sockaddr_un, sun_path) + l + 1) < 0)
+                return -errno;
+        return TAKE_FD(fd);
+}
+
+/* Takes over the connected fd (also on failure). */
+static int client_call_start(GrpcClientCall *c, int fd, uint64_t timeout_usec) {
         nghttp2_session_callbacks *cbs = NULL;
         nghttp2_option *opt = NULL;
         nghttp2_data_provider prd = { .read_callback = client_data_read };
         char tmo[10] = "";
-        size_t l = strlen(socket_path);
         int r;
 
         if (timeout_usec > 0)
@@ -1664,15 +1681,9 @@ static int client_call_start(GrpcClientCall *c, const char *socket_path, uint64_
                 MAKE_NV_CS("grpc-timeout", tmo),
         };
 
-        if (l == 0 || l >= sizeof sa.sun_path)
-                return -EINVAL;
-        memcpy(sa.sun_path, socket_path, l);
-
-        c->h.fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (c->h.fd < 0)
-                return -errno;
-        /* AF_UNIX connects complete or fail at once, EAGAIN meaning a full backlog. */
-        if (connect(c->h.fd, (struct sockaddr *) &sa, offsetof(struct sockaddr_un, sun_path) + l + 1) < 0)
+        c->h.fd = fd;
+        /* A descriptor handed over by someone else may be blocking. */
+        if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0)
                 return -errno;
 
         if (nghttp2_session_callbacks_new(&cbs) != 0)
@@ -1708,21 +1719,29 @@ static int client_call_start(GrpcClientCall *c, const char *socket_path, uint64_
         return 0;
 }
 
-_public_ int grpc_client_call_unary(sd_event *event, const char *socket_path, const char *path,
-                                    const uint8_t *req, size_t len, uint64_t timeout_usec,
-                                    GrpcClientReplyHandler cb, void *userdata, GrpcClientCall **ret) {
+/* fd: a connected socket (taken over), or a negative errno from connecting, reported
+ * through the callback as UNAVAILABLE. */
+static int client_call_new(sd_event *event, int fd, const char *path,
+                           const uint8_t *req, size_t len, uint64_t timeout_usec,
+                           GrpcClientReplyHandler cb, void *userdata, GrpcClientCall **ret) {
         GrpcClientCall *c;
         int r;
 
-        if (!event || !socket_path || !path || path[0] != '/' || strlen(path) > GRPC_MAX_PATH || !cb ||
-            (!req && len > 0))
+        if (!event || !path || path[0] != '/' || strlen(path) > GRPC_MAX_PATH || !cb ||
+            (!req && len > 0)) {
+                safe_close(fd);
                 return -EINVAL;
-        if (len > UINT32_MAX)
+        }
+        if (len > UINT32_MAX) {
+                safe_close(fd);
                 return -EMSGSIZE;
+        }
 
         c = calloc(1, sizeof *c);
-        if (!c)
+        if (!c) {
+                safe_close(fd);
                 return -ENOMEM;
+        }
         c->event = sd_event_ref(event);
         c->h.fd = -EBADF;
         c->grpc_status = -1;
@@ -1732,17 +1751,19 @@ _public_ int grpc_client_call_unary(sd_event *event, const char *socket_path, co
         c->path = strdup(path);
         c->req = grpc_frame_new(req, len, &c->req_len);
         if (!c->path || !c->req) {
+                safe_close(fd);
                 client_call_free(c);
                 return -ENOMEM;
         }
 
         r = sd_event_add_defer(event, &c->defer, client_defer, c);
         if (r < 0) {
+                safe_close(fd);
                 client_call_free(c);
                 return r;
         }
 
-        r = client_call_start(c, socket_path, timeout_usec);
+        r = fd < 0 ? fd : client_call_start(c, fd, timeout_usec);
         if (r == -ENOMEM || r == -EINVAL) {
                 client_call_free(c);
                 return r;
@@ -1774,6 +1795,27 @@ _public_ int grpc_client_call_unary(sd_event *event, const char *socket_path, co
         if (ret)
                 *ret = c;
         return 0;
+}
+
+_public_ int grpc_client_call_unary(sd_event *event, const char *socket_path, const char *path,
+                                    const uint8_t *req, size_t len, uint64_t timeout_usec,
+                                    GrpcClientReplyHandler cb, void *userdata, GrpcClientCall **ret) {
+        int fd;
+
+        if (!socket_path)
+                return -EINVAL;
+        fd = client_connect(socket_path);
+        if (fd == -EINVAL)
+                return fd;
+        return client_call_new(event, fd, path, req, len, timeout_usec, cb, userdata, ret);
+}
+
+_public_ int grpc_client_call_unary_fd(sd_event *event, int fd, const char *path,
+                                       const uint8_t *req, size_t len, uint64_t timeout_usec,
+                                       GrpcClientReplyHandler cb, void *userdata, GrpcClientCall **ret) {
+        if (fd < 0)
+                return -EBADF;
+        return client_call_new(event, fd, path, req, len, timeout_usec, cb, userdata, ret);
 }
 
 _public_ GrpcClientCall *grpc_client_call_cancel(GrpcClientCall *c) {

@@ -123,5 +123,10 @@ typedef void (*GrpcClientReplyHandler)(GrpcStatus status, const char *message,
 int grpc_client_call_unary(sd_event *event, const char *socket_path, const char *path,
                            const uint8_t *req, size_t len, uint64_t timeout_usec,
                            GrpcClientReplyHandler cb, void *userdata, GrpcClientCall **ret);
+/* The same on a socket already connected (taken over, also on failure; made
+ * non-blocking): for a peer reached through a descriptor another process passed on. */
+int grpc_client_call_unary_fd(sd_event *event, int fd, const char *path,
+                              const uint8_t *req, size_t len, uint64_t timeout_usec,
+                              GrpcClientReplyHandler cb, void *userdata, GrpcClientCall **ret);
 /* Aborts a pending call; its callback is not run. Accepts NULL. */
 GrpcClientCall *grpc_client_call_cancel(GrpcClientCall *c);

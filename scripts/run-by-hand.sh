@@ -11,7 +11,6 @@ sim=0
 [ "${1:-}" = --simulated ] && { sim=1; shift; }
 build=$(realpath "${1:-build}")
 dp=${2:-$(mktemp -d /tmp/kgpu-device-plugins.XXXXXX)}
-chmod 0755 "$dp"
 tmp=$(mktemp -d /tmp/kgpu-by-hand.XXXXXX)
 chmod 0755 "$tmp"   # the daemons that drop privileges reach the bus socket in it
 pids=()
@@ -45,14 +44,15 @@ if [ $sim = 1 ]; then
 fi
 
 # Root is needed for the probe; the others drop to kgpu-broker/kgpu when started as root
-# (those users must exist then; use --broker-user/--grpc-user to pick others).
+# (those users must exist then; use --broker-user/--grpc-user to pick others). The probe
+# alone touches the device-plugins directory: it makes grpcd's sockets there and
+# connects to the kubelet's for it, so the directory keeps whatever mode it has.
 if [ "$(id -u)" = 0 ]; then
         chown "${KGPU_BROKER_USER:-kgpu-broker}" "$tmp/state"
-        chgrp "${KGPU_GRPC_USER:-kgpu}" "$dp" && chmod g+rwx "$dp"
 fi
-env "${probe_env[@]}" "$build/daemons/probe/kgpu-probed" & pids+=($!)
+env "${probe_env[@]}" "$build/daemons/probe/kgpu-probed" --device-plugin-path="$dp" & pids+=($!)
 "$build/daemons/broker/kgpu-brokerd" --state-directory="$tmp/state" & pids+=($!)
-"$build/daemons/grpc/kgpu-grpcd" --device-plugin-path="$dp" & pids+=($!)
+"$build/daemons/grpc/kgpu-grpcd" & pids+=($!)
 
 cat <<EOM
 

@@ -4,18 +4,18 @@
  * the front end's registration state.
  *
  * The probe and the broker answer on D-Bus (Version, StartTime). kgpu-grpcd has no
- * D-Bus interface, on purpose (it only translates), so its state is read without it:
- * for each resource the broker advertises, whether its plugin socket exists in the
- * kubelet's device-plugins directory (kubelet.devicePluginPath), and whether the
- * kubelet's own socket is there. That needs no privilege beyond search access to the
- * directory (the kgpu group has it; others see "unknown"), works with any bus and
- * without systemd. When systemd is on the bus, the unit's state, its StatusText (grpcd
- * reports "N resources registered" there) and its uptime are shown too.
+ * D-Bus interface, on purpose (it only translates), so its state is read from what the
+ * root probe sees of the kubelet's device-plugins directory (io.kgpu.Kubelet1, readable
+ * by everyone; nobody but root can look into that directory): for each resource the
+ * broker advertises, whether its plugin socket is there, the state of the kubelet's
+ * socket ("present", "absent", "refused: ...") and the last failure of an operation the
+ * probe did for grpcd. That works with any bus and without systemd. When systemd is on
+ * the bus, the unit's state, its StatusText (grpcd reports "N resources registered"
+ * there) and its uptime are shown too.
  */
 
 #include <errno.h>
 #include <stdio.h>
-#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -23,6 +23,7 @@
 #include "common/bus-names.h"
 #include "common/cleanup.h"
 #include "common/config.h"
+#include "common/resource-name.h"
 #include "common/util.h"
 #include "tools/kgpuctl.h"
 
@@ -89,13 +90,59 @@ static void query_unit(Ctl *c, const char *unit, UnitInfo *u) {
         sd_bus_error_free(&e);
 }
 
+/* What the probe reports of the kubelet's directory (io.kgpu.Kubelet1). */
+typedef struct KubeletView {
+        char *dir;
+        char *state;
+        char *last_error;
+        char **sockets;                 /* kgpu-*.sock file names present */
+        bool known;
+} KubeletView;
+
+static void kubelet_view_done(KubeletView *v) {
+        free(v->dir);
+        free(v->state);
+        free(v->last_error);
+        strv_free(v->sockets);
+}
+
+static void query_kubelet(Ctl *c, KubeletView *v) {
+        sd_bus_error e = SD_BUS_ERROR_NULL;
+        sd_bus_message *reply = NULL;
+        int r;
+
+        r = sd_bus_get_property_string(c->bus, KGPU_PROBE_BUS_NAME, KGPU_PROBE_PATH, KGPU_KUBELET_INTERFACE,
+                                       "DevicePluginPath", &e, &v->dir);
+        if (r >= 0)
+                r = sd_bus_get_property_string(c->bus, KGPU_PROBE_BUS_NAME, KGPU_PROBE_PATH,
+                                               KGPU_KUBELET_INTERFACE, "KubeletState", &e, &v->state);
+        if (r >= 0)
+                r = sd_bus_get_property_string(c->bus, KGPU_PROBE_BUS_NAME, KGPU_PROBE_PATH,
+                                               KGPU_KUBELET_INTERFACE, "LastError", &e, &v->last_error);
+        if (r >= 0)
+                r = sd_bus_get_property(c->bus, KGPU_PROBE_BUS_NAME, KGPU_PROBE_PATH, KGPU_KUBELET_INTERFACE,
+                                        "PluginSockets", &e, &reply, "a(st)");
+        if (r >= 0)
+                r = sd_bus_message_enter_container(reply, 'a', "(st)");
+        while (r > 0) {
+                const char *name;
+                uint64_t inode;
+
+                r = sd_bus_message_read(reply, "(st)", &name, &inode);
+                if (r > 0 && strv_length(v->sockets) < 1024 && strv_extend(&v->sockets, name) < 0)
+                        r = -ENOMEM;
+        }
+        v->known = r >= 0;
+        sd_bus_message_unref(reply);
+        sd_bus_error_free(&e);
+}
+
 /* Fills *ret with one entry per advertised resource; returns the count or negative errno. */
-static int query_sockets(Ctl *c, const char *dir, SocketState **ret, bool *ret_kubelet) {
+static int query_sockets(Ctl *c, const KubeletView *v, SocketState **ret) {
         sd_bus_error e = SD_BUS_ERROR_NULL;
         sd_bus_message *reply = NULL;
         SocketState *s = NULL;
         size_t n = 0;
-        struct stat st;
         int r;
 
         r = sd_bus_call_method(c->bus, KGPU_BROKER_BUS_NAME, KGPU_BROKER_PATH, KGPU_BROKER_INTERFACE,
@@ -105,7 +152,7 @@ static int query_sockets(Ctl *c, const char *dir, SocketState **ret, bool *ret_k
                 return r;
         r = sd_bus_message_enter_container(reply, 'a', "(sbb)");
         while (r > 0) {
-                _cleanup_free_ char *path = NULL;
+                _cleanup_free_ char *sock = NULL;
                 const char *name;
                 int a, b;
                 SocketState *t;
@@ -128,18 +175,12 @@ static int query_sockets(Ctl *c, const char *dir, SocketState **ret, bool *ret_k
                         r = -ENOMEM;
                         break;
                 }
-                if (asprintf(&path, "%s/kgpu-%s.sock", dir, name) < 0) {
-                        free(s[n++].resource);
-                        r = -ENOMEM;
-                        break;
-                }
-                for (char *p = path + strlen(dir) + 1; *p; p++)
-                        if (*p == '/')
-                                *p = '-';
-                if (stat(path, &st) >= 0)
-                        s[n].state = S_ISSOCK(st.st_mode) ? "serving" : "no socket";
+                if (!v->known)
+                        s[n].state = "unknown";
+                else if (resource_socket_name(name, &sock) >= 0 && strv_contains(v->sockets, sock))
+                        s[n].state = "serving";
                 else
-                        s[n].state = errno == ENOENT ? "no socket" : "unknown";
+                        s[n].state = "no socket";
                 n++;
         }
         sd_bus_message_unref(reply);
@@ -148,11 +189,6 @@ static int query_sockets(Ctl *c, const char *dir, SocketState **ret, bool *ret_k
                         free(s[i].resource);
                 free(s);
                 return r;
-        }
-        {
-                _cleanup_free_ char *k = NULL;
-
-                *ret_kubelet = asprintf(&k, "%s/kubelet.sock", dir) >= 0 && stat(k, &st) >= 0 && S_ISSOCK(st.st_mode);
         }
         *ret = s;
         return (int) n;
@@ -171,26 +207,26 @@ int ctl_status(Ctl *c, int argc, char **argv) {
         uint64_t now = now_usec(CLOCK_REALTIME);
         SocketState *socks = NULL;
         UnitInfo unit = {};
-        bool all_up = true, kubelet = false, grpcd_up;
+        KubeletView kv = {};
+        bool all_up = true, kubelet, grpcd_up;
         const char *dir, *grpcd_state;
-        int n_socks = -1, r;
+        int n_socks = -1;
         size_t serving = 0;
 
         if (argc > 1) {
                 fprintf(stderr, "status takes no arguments.\n");
                 return -EINVAL;
         }
-        r = ctl_load_config(c);
-        if (r < 0)
-                return r;
-        dir = c->config->device_plugin_path;
-
         for (size_t i = 0; i < ELEMENTSOF(ds); i++) {
                 query(c, &ds[i]);
                 all_up = all_up && !ds[i].error;
         }
+        if (!ds[0].error)
+                query_kubelet(c, &kv);
+        dir = kv.dir ?: "(unknown: kgpu-probed is not running)";
+        kubelet = kv.known && streq_ptr(kv.state, "present");
         if (!ds[1].error)
-                n_socks = query_sockets(c, dir, &socks, &kubelet);
+                n_socks = query_sockets(c, &kv, &socks);
         for (int i = 0; i < n_socks; i++)
                 serving += streq(socks[i].state, "serving");
         query_unit(c, "kgpu-grpcd.service", &unit);
@@ -243,7 +279,11 @@ int ctl_status(Ctl *c, int argc, char **argv) {
                         ctl_json_string(unit.status_text);
                         printf(",\"device_plugin_path\":");
                         ctl_json_string(dir);
-                        printf(",\"kubelet_socket\":%s,\"resources\":[", kubelet ? "true" : "false");
+                        printf(",\"kubelet_socket\":%s,\"kubelet_state\":", kubelet ? "true" : "false");
+                        ctl_json_string(kv.state);
+                        printf(",\"last_error\":");
+                        ctl_json_string(kv.last_error);
+                        printf(",\"resources\":[");
                         for (int i = 0; i < n_socks; i++) {
                                 printf("%s{\"resource\":", i ? "," : "");
                                 ctl_json_string(socks[i].resource);
@@ -260,7 +300,10 @@ int ctl_status(Ctl *c, int argc, char **argv) {
                                 printf("-");
                         printf("%s%s\n", unit.status_text && *unit.status_text ? "  " : "",
                                unit.status_text ?: "");
-                        printf("\nPlugin sockets in %s (kubelet.sock %s):\n", dir, kubelet ? "present" : "absent");
+                        printf("\nKubelet socket: %s\n", kv.known ? kv.state : "unknown (kgpu-probed is not running)");
+                        if (!isempty(kv.last_error))
+                                printf("Last failure reaching the kubelet: %s\n", kv.last_error);
+                        printf("\nPlugin sockets in %s:\n", dir);
                         if (n_socks < 0)
                                 printf("  unknown: the broker is not running\n");
                         else if (n_socks == 0)
@@ -274,5 +317,6 @@ int ctl_status(Ctl *c, int argc, char **argv) {
         free(socks);
         free(unit.active_state);
         free(unit.status_text);
+        kubelet_view_done(&kv);
         return all_up ? 0 : -ENOTCONN;
 }

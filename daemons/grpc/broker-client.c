@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "common/bus-names.h"
+#include "common/resource-name.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "daemons/grpc/broker-client.h"
@@ -115,7 +116,7 @@ static int on_list_resources_reply(sd_bus_message *reply, void *userdata, sd_bus
                                     GRPCD_RESOURCES_MAX);
                         break;
                 }
-                if (!grpcd_resource_name_valid(name)) {
+                if (!resource_name_valid(name)) {
                         log_warning("io.kgpu.Broker1 advertises an invalid resource name '%s', ignoring.", name);
                         continue;
                 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/bus-names.h"
+#include "common/resource-name.h"
 #include "common/util.h"
 #include "daemons/grpc/convert.h"
 #include "deviceplugin.pb-c.h"
@@ -23,47 +24,6 @@ void grpcd_devices_free(GrpcdDevice *d, size_t n) {
                 free(d[i].numa_nodes);
         }
         free(d);
-}
-
-bool grpcd_resource_name_valid(const char *name) {
-        size_t l, slashes = 0;
-
-        if (isempty(name))
-                return false;
-        l = strlen(name);
-        if (l > GRPCD_RESOURCE_NAME_MAX)
-                return false;
-        if (name[0] == '.' || name[0] == '-' || name[0] == '/' || name[l - 1] == '/')
-                return false;
-        for (const char *p = name; *p; p++) {
-                char c = *p;
-
-                if (c == '/') {
-                        slashes++;
-                        /* The name part must not start with '.' either ("x/.." etc.). */
-                        if (p[1] == '.' || p[1] == '-')
-                                return false;
-                        continue;
-                }
-                if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                      (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
-                        return false;
-        }
-        return slashes == 1;
-}
-
-int grpcd_socket_name(const char *resource, char **ret) {
-        char *s;
-
-        if (!grpcd_resource_name_valid(resource))
-                return -EINVAL;
-        if (asprintf(&s, "kgpu-%s.sock", resource) < 0)
-                return -ENOMEM;
-        for (char *p = s; *p; p++)
-                if (*p == '/')
-                        *p = '-';
-        *ret = s;
-        return 0;
 }
 
 bool grpcd_utf8_valid(const char *s, size_t max) {
@@ -364,7 +324,7 @@ int grpcd_register_request_encode(const char *endpoint, const char *resource,
         V1beta1__RegisterRequest req = V1BETA1__REGISTER_REQUEST__INIT;
         V1beta1__DevicePluginOptions o = V1BETA1__DEVICE_PLUGIN_OPTIONS__INIT;
 
-        if (isempty(endpoint) || !grpcd_resource_name_valid(resource))
+        if (isempty(endpoint) || !resource_name_valid(resource))
                 return -EINVAL;
         o.pre_start_required = pre_start_required;
         o.get_preferred_allocation_available = get_preferred_allocation_available;

@@ -28,7 +28,6 @@
 #include "common/grpc-h2.h"
 
 #define GRPCD_RESOURCES_MAX        256u   /* resources the broker may advertise */
-#define GRPCD_RESOURCE_NAME_MAX    253u   /* "domain/name" */
 #define GRPCD_DEVICES_MAX          4096u  /* devices per resource */
 #define GRPCD_ID_MAX               1024u  /* bytes per device id */
 #define GRPCD_NUMA_NODES_MAX       64u    /* NUMA nodes per device */
@@ -47,10 +46,6 @@ typedef struct GrpcdDevice {
 
 void grpcd_devices_free(GrpcdDevice *d, size_t n);
 
-/* True for "domain/name" made of [A-Za-z0-9._-], one '/', not starting with '.' or '-'. */
-bool grpcd_resource_name_valid(const char *name);
-/* "kgpu-" + resource with '/' replaced by '-' + ".sock". -EINVAL for an invalid name. */
-int grpcd_socket_name(const char *resource, char **ret);
 /* Valid UTF-8, no NUL, 1..GRPCD_ID_MAX bytes, no control characters. */
 bool grpcd_device_id_valid(const char *id);
 bool grpcd_utf8_valid(const char *s, size_t max);

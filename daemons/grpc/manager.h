@@ -4,10 +4,12 @@
  * watch on the kubelet's device-plugins directory.
  *
  * Contract: manager_new() takes ownership of the Config. manager_start() connects to
- * the system bus, starts following io.kgpu.Broker1 and watching the directory; it
- * returns a negative errno if any of that fails (logged by the caller). Plugins (one
- * per advertised resource) are created and freed only by the manager.
- * manager_free() closes every plugin server and removes its socket.
+ * the system bus, starts following io.kgpu.Broker1 and, for everything on the
+ * kubelet's side, io.kgpu.Probe1's io.kgpu.Kubelet1 (kubelet-link.c): grpcd has no
+ * access to the kubelet's directories. It returns a negative errno if any of that fails
+ * (logged by the caller). Plugins (one per advertised resource) are created and freed
+ * only by the manager. manager_free() closes every plugin server; the probe removes
+ * their sockets when grpcd leaves the bus.
  */
 #pragma once
 
@@ -21,6 +23,11 @@
 #include "common/config.h"
 
 typedef struct Plugin Plugin;
+
+typedef struct KubeletLinkEntry {
+        char *name;
+        uint64_t inode;
+} KubeletLinkEntry;
 
 typedef struct Manager {
         sd_event *event;
@@ -40,13 +47,25 @@ typedef struct Manager {
         Plugin **plugins;
         size_t n_plugins;
 
-        /* Kubelet directory watch. */
-        char *kubelet_socket;           /* resolved path */
-        char *kubelet_socket_name;      /* its file name */
-        int inotify_fd;
-        int plugins_wd;                 /* watch on device_plugin_path */
-        int kubelet_wd;                 /* watch on the kubelet socket's directory */
-        sd_event_source *inotify_source;
+        /* The kubelet, as the probe reports it (kubelet-link.c). */
+        sd_bus_slot *probe_owner_slot;
+        sd_bus_slot *probe_props_slot;
+        sd_bus_slot *probe_get_slot;
+        bool probe_present;             /* properties of the current probe read */
+        bool probe_wait_logged;
+        uint64_t kubelet_inode;         /* of the registration socket, 0: absent or refused */
+        char *kubelet_state;
+        char *device_plugin_path;
+        char *registration_socket;
+        char *pod_resources_socket;     /* "" when none is configured */
+        char *probe_last_error;
+        KubeletLinkEntry *plugin_sockets; /* kgpu-*.sock in the directory */
+        size_t n_plugin_sockets;
+        char *last_failure;             /* rate limit of kubelet_link_log_failure() */
+        uint64_t last_failure_usec;
+
+        /* Waiting for a (re)started kubelet to accept connections. */
+        sd_bus_slot *kubelet_probe_slot;       /* ConnectKubelet in flight */
         sd_event_source *kubelet_probe_source; /* retry timer: kubelet socket not accepting yet */
         uint64_t kubelet_probe_delay_usec;
         uint64_t kubelet_appeared_usec; /* CLOCK_MONOTONIC when kubelet.sock appeared */
@@ -65,15 +84,16 @@ Manager *manager_free(Manager *m);
 DEFINE_CLEANUP_FUNC(Manager, manager_free);
 
 int manager_start(Manager *m);
-/* The directory watch alone (manager_start() calls it; tests use it without a bus). */
-int manager_watch_start(Manager *m);
 
 Plugin *manager_find_plugin(Manager *m, const char *resource);
 int manager_add_plugin(Manager *m, const char *resource, Plugin **ret);
 void manager_remove_plugin(Manager *m, Plugin *p);
 
-/* True if the kubelet socket exists and accepts a connection now. */
-bool manager_kubelet_accepting(Manager *m);
-bool manager_kubelet_socket_exists(Manager *m);
+/* True while the probe reports the kubelet's registration socket in place. */
+bool manager_kubelet_present(Manager *m);
+/* Called after the probe's Kubelet1 properties were applied (kubelet-link.c): a new
+ * registration socket inode is a kubelet (re)start, removed sockets are made again,
+ * unregistered plugins register. */
+void manager_kubelet_update(Manager *m, uint64_t old_inode);
 /* Sends STATUS= with the number of registered resources (only when it changed). */
 void manager_update_status(Manager *m);

@@ -3,21 +3,22 @@
  * plugin.c — one device plugin gRPC server per advertised resource.
  *
  * Contract: see plugin.h. The server is replaced as a whole when its socket must be
- * recreated (kubelet restart, socket removed): the old connections belong to a kubelet
+ * made again (kubelet restart, socket removed): the old connections belong to a kubelet
  * that is gone or will reconnect after the new registration.
  */
 
 #include <errno.h>
-#include <fcntl.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/resource-name.h"
 #include "common/util.h"
 #include "daemons/grpc/broker-client.h"
+#include "daemons/grpc/kubelet-link.h"
 #include "daemons/grpc/manager.h"
 #include "daemons/grpc/plugin.h"
 #include "daemons/grpc/registration.h"
@@ -33,13 +34,9 @@ int plugin_new(Manager *m, const char *resource, Plugin **ret) {
         p->resource = strdup(resource);
         if (!p->resource)
                 return -ENOMEM;
-        r = grpcd_socket_name(resource, &p->socket_name);
+        r = resource_socket_name(resource, &p->socket_name);
         if (r < 0)
                 return r;
-        if (asprintf(&p->socket_path, "%s/%s", m->config->device_plugin_path, p->socket_name) < 0) {
-                p->socket_path = NULL;
-                return -ENOMEM;
-        }
 
         *ret = TAKE_PTR(p);
         return 0;
@@ -57,12 +54,6 @@ static void plugin_drop_stream(Plugin *p, GrpcCall *call) {
                 }
 }
 
-static void plugin_unlink_socket(Plugin *p) {
-        /* Remove the socket only if it is still ours (kubelet may have replaced it). */
-        if (p->server && plugin_socket_intact(p))
-                (void) unlink(p->socket_path);
-}
-
 Plugin *plugin_free(Plugin *p) {
         if (!p)
                 return NULL;
@@ -71,7 +62,11 @@ Plugin *plugin_free(Plugin *p) {
         p->remove_timer = sd_event_source_disable_unref(p->remove_timer);
         p->get_devices_slot = sd_bus_slot_unref(p->get_devices_slot);
         p->get_devices_retry = sd_event_source_disable_unref(p->get_devices_retry);
-        plugin_unlink_socket(p);
+        p->listen_slot = sd_bus_slot_unref(p->listen_slot);
+        p->listen_retry = sd_event_source_disable_unref(p->listen_retry);
+        /* Only the probe's copy of the socket is ours to remove, and only if unchanged. */
+        if (p->server)
+                kubelet_link_close_socket(p);
         /* Open streams get their closed handler here, which drops our references. */
         p->server = grpc_server_free(p->server);
         while (p->n_streams > 0)
@@ -81,22 +76,15 @@ Plugin *plugin_free(Plugin *p) {
         free(p->law_msg);
         free(p->resource);
         free(p->socket_name);
-        free(p->socket_path);
         return mfree(p);
 }
 
 bool plugin_is_listening(Plugin *p) {
-        return p->server;
+        return p->wants_socket;
 }
 
 bool plugin_socket_intact(Plugin *p) {
-        struct stat st;
-
-        if (!p->server)
-                return false;
-        if (fstatat(AT_FDCWD, p->socket_path, &st, AT_SYMLINK_NOFOLLOW) < 0)
-                return false;
-        return S_ISSOCK(st.st_mode) && st.st_dev == p->socket_dev && st.st_ino == p->socket_ino;
+        return p->server && kubelet_link_socket_listed(p->manager, p->socket_name, p->socket_inode);
 }
 
 static int plugin_method_options(GrpcCall *call, const uint8_t *msg, size_t len, void *userdata) {
@@ -155,8 +143,51 @@ static int plugin_method_prestart(GrpcCall *call, const uint8_t *msg, size_t len
         return broker_client_forward(userdata, call, BROKER_FORWARD_PRESTART, msg, len);
 }
 
+/* Backoff of OpenPluginSocket after a failure. */
+#define PLUGIN_LISTEN_BACKOFF_MIN_USEC (1000 * 1000ULL)
+#define PLUGIN_LISTEN_BACKOFF_MAX_USEC (30 * 1000 * 1000ULL)
+
 int plugin_listen(Plugin *p) {
+        p->wants_socket = true;
+        p->listen_retry = sd_event_source_disable_unref(p->listen_retry);
+        if (!p->manager->probe_present)
+                return 0;       /* asked again when the probe is back */
+        return kubelet_link_open_socket(p);
+}
+
+static int on_listen_retry(sd_event_source *s, uint64_t usec, void *userdata) {
+        Plugin *p = userdata;
+        int r;
+
+        p->listen_retry = sd_event_source_disable_unref(p->listen_retry);
+        r = plugin_listen(p);
+        if (r < 0)
+                plugin_socket_failed(p, r, strerror(-r));
+        return 0;
+}
+
+void plugin_socket_failed(Plugin *p, int error, const char *message) {
+        Manager *m = p->manager;
+        _cleanup_free_ char *what = NULL;
+        int r;
+
+        if (asprintf(&what, "Making the socket %s for %s", p->socket_name, p->resource) >= 0)
+                kubelet_link_log_failure(m, what, message);
+        if (error == -EHOSTDOWN || !m->probe_present || p->listen_retry)
+                return; /* no probe: asked again when it is back */
+        p->listen_backoff_usec = p->listen_backoff_usec == 0 ? PLUGIN_LISTEN_BACKOFF_MIN_USEC :
+                MIN(p->listen_backoff_usec * 2, PLUGIN_LISTEN_BACKOFF_MAX_USEC);
+        r = sd_event_add_time_relative(m->event, &p->listen_retry, CLOCK_MONOTONIC, p->listen_backoff_usec,
+                                       10 * 1000, on_listen_retry, p);
+        if (r < 0)
+                log_warning_errno(r, "%s: failed to schedule another try for its socket: %m", p->resource);
+        else
+                (void) sd_event_source_set_description(p->listen_retry, "listen-retry");
+}
+
+void plugin_socket_ready(Plugin *p, int fd, uint64_t inode) {
         _cleanup_(grpc_server_freep) GrpcServer *s = NULL;
+        _cleanup_close_ int lfd = fd;
         Manager *m = p->manager;
         GrpcServerLimits limits = {
                 .max_connections = m->config->grpc_max_connections,
@@ -174,31 +205,32 @@ int plugin_listen(Plugin *p) {
                 { "/v1beta1.DevicePlugin/Allocate",               GRPC_METHOD_UNARY,            plugin_method_allocate },
                 { "/v1beta1.DevicePlugin/PreStartContainer",      GRPC_METHOD_UNARY,            plugin_method_prestart },
         };
-        struct stat st;
+        bool after_kubelet = p->listen_after_kubelet;
         int r;
+
+        p->listen_after_kubelet = false;
+        r = grpc_server_new(m->event, &limits, &s);
+        for (size_t i = 0; r >= 0 && i < ELEMENTSOF(methods); i++)
+                r = grpc_server_add_method(s, methods[i].path, methods[i].kind, methods[i].handler, p);
+        if (r >= 0)
+                r = grpc_server_listen_fd(s, TAKE_FD(lfd));
+        if (r < 0) {
+                log_error_errno(r, "%s: failed to serve on the socket from kgpu-probed: %m", p->resource);
+                plugin_socket_failed(p, r, strerror(-r));
+                return;
+        }
 
         /* Drop the old server first: its connections belong to the old socket. */
         p->server = grpc_server_free(p->server);
-
-        r = grpc_server_new(m->event, &limits, &s);
-        if (r < 0)
-                return r;
-        for (size_t i = 0; i < ELEMENTSOF(methods); i++) {
-                r = grpc_server_add_method(s, methods[i].path, methods[i].kind, methods[i].handler, p);
-                if (r < 0)
-                        return r;
-        }
-        r = grpc_server_listen_unix(s, p->socket_path);
-        if (r < 0)
-                return r;
-        if (fstatat(AT_FDCWD, p->socket_path, &st, AT_SYMLINK_NOFOLLOW) < 0)
-                return negative_errno();
-
-        p->socket_dev = st.st_dev;
-        p->socket_ino = st.st_ino;
         p->server = TAKE_PTR(s);
-        log_debug("%s: listening on %s.", p->resource, p->socket_path);
-        return 0;
+        p->socket_inode = inode;
+        p->listen_backoff_usec = 0;
+        log_debug("%s: listening on %s/%s (inode %" PRIu64 ").", p->resource, m->device_plugin_path ?: "",
+                  p->socket_name, inode);
+
+        (void) registration_start(p);
+        if (after_kubelet)
+                p->register_after_usec = m->kubelet_appeared_usec;
 }
 
 int plugin_set_devices(Plugin *p, GrpcdDevice *devices, size_t n) {
@@ -239,11 +271,8 @@ int plugin_set_devices(Plugin *p, GrpcdDevice *devices, size_t n) {
                 }
         }
 
-        if (!p->server) {
+        if (!p->wants_socket) {
                 r = plugin_listen(p);
-                if (r < 0)
-                        return r;
-                r = registration_start(p);
                 if (r < 0)
                         return r;
         }
@@ -258,7 +287,7 @@ int plugin_set_options(Plugin *p, bool pre_start_required, bool get_preferred_al
         p->pre_start_required = pre_start_required;
         p->get_preferred_allocation_available = get_preferred_allocation_available;
         /* The kubelet learns the options only at registration. */
-        if (p->server && (p->registered || p->register_call || p->register_timer))
+        if (p->server && (p->registered || registration_active(p)))
                 return registration_start(p);
         return 0;
 }

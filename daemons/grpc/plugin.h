@@ -2,13 +2,15 @@
 /*
  * plugin.h — one device plugin gRPC server per advertised resource.
  *
- * Contract: a Plugin is owned by the Manager. It listens on
- * <device_plugin_path>/kgpu-<resource, '/' -> '-'>.sock once its first device list has
- * arrived (plugin_set_devices()), then registers with the kubelet (registration.c).
- * ListAndWatch streams get the current list at once and a new full list on every change
- * (latest only). Unary methods are forwarded to io.kgpu.Broker1 (broker-client.c).
- * plugin_free() cancels everything pending, closes the server and unlinks the socket if
- * it is still the one we bound.
+ * Contract: a Plugin is owned by the Manager. Once its first device list has arrived
+ * (plugin_set_devices()) it asks the probe for its listening socket
+ * <device_plugin_path>/kgpu-<resource, '/' -> '-'>.sock (kubelet-link.c) and, when it
+ * is there (plugin_socket_ready()), registers with the kubelet (registration.c); a
+ * failure is logged and asked again with a backoff. ListAndWatch streams get the
+ * current list at once and a new full list on every change (latest only). Unary
+ * methods are forwarded to io.kgpu.Broker1 (broker-client.c). plugin_free() cancels
+ * everything pending, closes the server and asks the probe to remove the socket if it
+ * is still the one made for us.
  */
 #pragma once
 
@@ -28,13 +30,16 @@ typedef struct Plugin {
         Manager *manager;
         char *resource;
         char *socket_name;
-        char *socket_path;
         bool pre_start_required;
         bool get_preferred_allocation_available;
 
         GrpcServer *server;
-        dev_t socket_dev;
-        ino_t socket_ino;
+        uint64_t socket_inode;          /* of the socket file the probe made for the server */
+        bool wants_socket;              /* devices arrived: serve */
+        sd_bus_slot *listen_slot;       /* OpenPluginSocket in flight */
+        sd_event_source *listen_retry;  /* after a failed OpenPluginSocket */
+        uint64_t listen_backoff_usec;
+        bool listen_after_kubelet;      /* the socket is made again for a (re)started kubelet */
 
         /* Latest device list and its encoded ListAndWatchResponse. */
         GrpcdDevice *devices;
@@ -53,6 +58,7 @@ typedef struct Plugin {
         sd_event_source *get_devices_retry;     /* after a failed GetDevices */
 
         /* Registration (registration.c). */
+        sd_bus_slot *register_connect_slot;     /* ConnectKubelet in flight */
         GrpcClientCall *register_call;
         sd_event_source *register_timer;
         uint64_t register_backoff_usec;
@@ -74,9 +80,14 @@ DEFINE_CLEANUP_FUNC(Plugin, plugin_free);
 int plugin_set_devices(Plugin *p, GrpcdDevice *devices, size_t n);
 /* Changes the options; re-registers if they changed while registered. */
 int plugin_set_options(Plugin *p, bool pre_start_required, bool get_preferred_allocation_available);
-/* (Re)creates the server and its socket; drops existing connections. */
+/* Asks the probe for the socket (again); the answer replaces the server. */
 int plugin_listen(Plugin *p);
-/* True if our socket file is still in place (same inode as bound). */
+/* The probe's answer: a listening socket (taken over) and its file's inode. Replaces the
+ * server (existing connections are dropped) and registers. */
+void plugin_socket_ready(Plugin *p, int fd, uint64_t inode);
+/* The probe could not make the socket: logged, asked again after a backoff. */
+void plugin_socket_failed(Plugin *p, int error, const char *message);
+/* True if our socket file is still in place (the probe lists it with our inode). */
 bool plugin_socket_intact(Plugin *p);
 bool plugin_is_listening(Plugin *p);
 /* Removes the plugin (via the manager) after PLUGIN_REMOVE_GRACE_USEC unless cancelled. */

@@ -9,6 +9,7 @@
  */
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -20,6 +21,7 @@
 #include "common/grpc-h2.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "daemons/grpc/kubelet-link.h"
 #include "daemons/grpc/manager.h"
 #include "daemons/grpc/podresources.h"
 #include "podresources.pb-c.h"
@@ -41,6 +43,7 @@ struct PodResourcesClient {
         Manager *manager;
         sd_event_source *timer;         /* interval */
         sd_event_source *kick;          /* defer: start a round */
+        sd_bus_slot *connect_slot;      /* phase 0: the probe connects us to the kubelet */
         GrpcClientCall *list_call;      /* phase 1 */
         sd_bus_slot *reconcile_slot;    /* phase 2 */
         bool again;                     /* a round was requested during this one */
@@ -202,18 +205,18 @@ static void on_list_reply(GrpcStatus status, const char *message, const uint8_t 
         c->list_call = NULL;    /* freed by the layer after we return */
 
         if (status != GRPC_STATUS_OK) {
-                if (!c->unreachable_logged)
-                        log_notice("PodResources List on %s failed (status %d: %s); not reconciling until "
-                                   "it answers.", m->config->pod_resources_socket, (int) status,
-                                   message ?: "n/a");
-                else
-                        log_debug("PodResources List failed (status %d: %s).", (int) status, message ?: "n/a");
+                _cleanup_free_ char *what = NULL, *why = NULL;
+
+                if (asprintf(&what, "PodResources List on %s (not reconciling until it answers)",
+                             m->pod_resources_socket ?: "") >= 0 &&
+                    asprintf(&why, "status %d: %s", (int) status, message ?: "n/a") >= 0)
+                        kubelet_link_log_failure(m, what, why);
                 c->unreachable_logged = true;
                 round_finish(c, -EHOSTDOWN);
                 return;
         }
         if (c->unreachable_logged)
-                log_info("PodResources List on %s answers again.", m->config->pod_resources_socket);
+                log_info("PodResources List on %s answers again.", m->pod_resources_socket ?: "");
         c->unreachable_logged = false;
 
         resp = v1__list_pod_resources_response__unpack(NULL, len, msg);
@@ -247,12 +250,31 @@ static void on_list_reply(GrpcStatus status, const char *message, const uint8_t 
         }
 }
 
-static int round_start(PodResourcesClient *c) {
+static void on_connected(int fd, const char *message, void *userdata) {
+        PodResourcesClient *c = userdata;
         Manager *m = c->manager;
         uint64_t timeout = (uint64_t) (m->config->register_timeout_ms ?: 5000) * 1000ULL;
         int r;
 
-        if (c->list_call || c->reconcile_slot) {
+        c->connect_slot = sd_bus_slot_unref(c->connect_slot);
+        if (fd < 0) {
+                /* Reported as the kubelet being unreachable, as a failed List is. */
+                on_list_reply(GRPC_STATUS_UNAVAILABLE, message, NULL, 0, c);
+                return;
+        }
+        r = grpc_client_call_unary_fd(m->event, fd, POD_RESOURCES_LIST_PATH, NULL, 0, timeout, on_list_reply, c,
+                                      &c->list_call);
+        if (r < 0) {
+                log_warning_errno(r, "Failed to call PodResources List: %m");
+                round_finish(c, r);
+        }
+}
+
+static int round_start(PodResourcesClient *c) {
+        Manager *m = c->manager;
+        int r;
+
+        if (c->connect_slot || c->list_call || c->reconcile_slot) {
                 c->again = true;
                 return 0;
         }
@@ -260,12 +282,12 @@ static int round_start(PodResourcesClient *c) {
         c->n_current = c->n_next;
         c->n_next = 0;
 
-        if (!m->broker_present || isempty(m->config->pod_resources_socket)) {
+        /* No broker to tell, no probe to reach the kubelet through, or no socket configured. */
+        if (!m->broker_present || !m->probe_present || isempty(m->pod_resources_socket)) {
                 round_finish(c, -ENOTCONN);
                 return 0;
         }
-        r = grpc_client_call_unary(m->event, m->config->pod_resources_socket, POD_RESOURCES_LIST_PATH,
-                                   NULL, 0, timeout, on_list_reply, c, &c->list_call);
+        r = kubelet_link_connect(m, KUBELET_LINK_POD_RESOURCES, on_connected, c, &c->connect_slot);
         if (r < 0) {
                 log_warning_errno(r, "Failed to call PodResources List: %m");
                 round_finish(c, r);
@@ -310,6 +332,7 @@ int pod_resources_client_new(Manager *m, PodResourcesClient **ret) {
 PodResourcesClient *pod_resources_client_free(PodResourcesClient *c) {
         if (!c)
                 return NULL;
+        c->connect_slot = sd_bus_slot_unref(c->connect_slot);
         c->list_call = grpc_client_call_cancel(c->list_call);
         c->reconcile_slot = sd_bus_slot_unref(c->reconcile_slot);
         c->timer = sd_event_source_disable_unref(c->timer);
@@ -345,7 +368,7 @@ int pod_resources_sync(PodResourcesClient *c, PodResourcesDone done, void *userd
                 c->next = w;
                 c->next[c->n_next++] = (Waiter) { done, userdata };
         }
-        if (c->list_call || c->reconcile_slot)
+        if (c->connect_slot || c->list_call || c->reconcile_slot)
                 c->again = true;
         else
                 (void) sd_event_source_set_enabled(c->kick, SD_EVENT_ONESHOT);

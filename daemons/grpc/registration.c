@@ -2,8 +2,8 @@
 /*
  * registration.c — /v1beta1.Registration/Register on the kubelet socket.
  *
- * Contract: see registration.h. An attempt is only made while the kubelet socket exists;
- * when it does not, the manager's directory watch calls registration_start() again as
+ * Contract: see registration.h. An attempt is only made while the probe reports the
+ * kubelet socket; when it does not, the manager calls registration_start() again as
  * soon as it appears, so no timer runs while the kubelet is away.
  */
 
@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemons/grpc/convert.h"
+#include "daemons/grpc/kubelet-link.h"
 #include "daemons/grpc/manager.h"
 #include "daemons/grpc/registration.h"
 
@@ -27,7 +28,12 @@ uint64_t registration_next_backoff(uint64_t current_usec) {
         return current_usec * 2;
 }
 
+bool registration_active(Plugin *p) {
+        return p->register_connect_slot || p->register_call || p->register_timer;
+}
+
 void registration_cancel(Plugin *p) {
+        p->register_connect_slot = sd_bus_slot_unref(p->register_connect_slot);
         p->register_call = grpc_client_call_cancel(p->register_call);
         p->register_timer = sd_event_source_disable_unref(p->register_timer);
         if (p->registered) {
@@ -62,6 +68,21 @@ static int registration_schedule_retry(Plugin *p) {
         return 0;
 }
 
+/* Logs (rate-limited) and schedules the next attempt. */
+static void registration_failed(Plugin *p, GrpcStatus status, const char *message) {
+        Manager *m = p->manager;
+        _cleanup_free_ char *what = NULL, *why = NULL;
+
+        p->register_failures++;
+        if (asprintf(&what, "Registering %s with the kubelet at %s (attempt %u)", p->resource,
+                     m->registration_socket ?: "", p->register_failures) < 0 ||
+            asprintf(&why, "%s%s%s", grpc_status_to_string(status), message ? ": " : "", message ?: "") < 0)
+                log_oom();
+        else
+                kubelet_link_log_failure(m, what, why);
+        (void) registration_schedule_retry(p);
+}
+
 static void on_register_reply(GrpcStatus status, const char *message,
                               const uint8_t *msg, size_t len, void *userdata) {
         Plugin *p = userdata;
@@ -89,40 +110,58 @@ static void on_register_reply(GrpcStatus status, const char *message,
                 return;
         }
 
-        p->register_failures++;
-        if (p->register_failures == 1)
-                log_warning("%s: registration with the kubelet at %s failed: %s%s%s; retrying.",
-                            p->resource, m->kubelet_socket, grpc_status_to_string(status),
-                            message ? ": " : "", message ?: "");
-        else
-                log_debug("%s: registration attempt %u failed: %s%s%s.", p->resource,
-                          p->register_failures, grpc_status_to_string(status),
-                          message ? ": " : "", message ?: "");
-        (void) registration_schedule_retry(p);
+        registration_failed(p, status, message);
 }
 
-static int registration_attempt(Plugin *p) {
+static void on_register_connected(int fd, const char *message, void *userdata) {
         _cleanup_free_ uint8_t *buf = NULL;
+        Plugin *p = userdata;
         Manager *m = p->manager;
         uint32_t timeout_ms = m->config->register_timeout_ms;
         size_t len;
         int r;
 
-        if (!manager_kubelet_socket_exists(m)) {
-                log_debug("%s: kubelet socket %s is absent, waiting for it.", p->resource, m->kubelet_socket);
-                return 0;
+        p->register_connect_slot = sd_bus_slot_unref(p->register_connect_slot);
+        if (fd < 0) {
+                if (fd == -EHOSTDOWN)
+                        return; /* the probe's return registers us */
+                registration_failed(p, GRPC_STATUS_UNAVAILABLE, message);
+                return;
         }
 
         r = grpcd_register_request_encode(p->socket_name, p->resource, p->pre_start_required,
                                           p->get_preferred_allocation_available, &buf, &len);
-        if (r < 0)
-                return log_error_errno(r, "%s: failed to encode RegisterRequest: %m", p->resource);
-
-        r = grpc_client_call_unary(m->event, m->kubelet_socket, REGISTER_METHOD, buf, len,
-                                   (uint64_t) (timeout_ms > 0 ? timeout_ms : 5000) * 1000ULL,
-                                   on_register_reply, p, &p->register_call);
+        if (r < 0) {
+                safe_close(fd);
+                log_error_errno(r, "%s: failed to encode RegisterRequest: %m", p->resource);
+                return;
+        }
+        r = grpc_client_call_unary_fd(m->event, fd, REGISTER_METHOD, buf, len,
+                                      (uint64_t) (timeout_ms > 0 ? timeout_ms : 5000) * 1000ULL,
+                                      on_register_reply, p, &p->register_call);
         if (r < 0) {
                 log_warning_errno(r, "%s: failed to start a registration call, retrying: %m", p->resource);
+                (void) registration_schedule_retry(p);
+        }
+}
+
+static int registration_attempt(Plugin *p) {
+        Manager *m = p->manager;
+        int r;
+
+        if (!manager_kubelet_present(m) || !m->probe_present) {
+                log_debug("%s: kubelet socket %s is absent or unknown, waiting for it.", p->resource,
+                          m->registration_socket ?: "");
+                return 0;
+        }
+        if (!p->server)
+                return 0;       /* plugin_socket_ready() registers */
+
+        r = kubelet_link_connect(m, KUBELET_LINK_REGISTRATION, on_register_connected, p,
+                                 &p->register_connect_slot);
+        if (r < 0) {
+                log_warning_errno(r, "%s: failed to ask kgpu-probed for the kubelet socket, retrying: %m",
+                                  p->resource);
                 return registration_schedule_retry(p);
         }
         return 0;

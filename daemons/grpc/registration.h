@@ -3,12 +3,17 @@
  * registration.h — /v1beta1.Registration/Register on the kubelet socket.
  *
  * Contract: registration_start() (re)starts registering the plugin now: any pending
- * attempt or backoff timer is dropped. A failed attempt is retried with exponential
+ * attempt or backoff timer is dropped. Each attempt asks the probe for a socket
+ * connected to the kubelet (kubelet-link.c) and sends Register on it; nothing is tried
+ * while the kubelet is absent, the probe is away or the plugin has no socket yet (their
+ * return starts it again). A failed attempt is retried with exponential
  * backoff (100 ms doubling to 5 s) until it succeeds or registration_cancel() is called.
  * Each attempt has a deadline of Config.register_timeout_ms. Success is logged with
  * KGPU_MESSAGE_REGISTERED and updates the manager's STATUS.
  */
 #pragma once
+
+#include <stdbool.h>
 
 #include "daemons/grpc/plugin.h"
 
@@ -17,5 +22,7 @@
 
 int registration_start(Plugin *p);
 void registration_cancel(Plugin *p);
+/* True while an attempt is in flight or a retry is scheduled. */
+bool registration_active(Plugin *p);
 /* Next backoff after a failure with the current one (pure; exposed for tests). */
 uint64_t registration_next_backoff(uint64_t current_usec);

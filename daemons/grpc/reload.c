@@ -45,8 +45,6 @@ int grpcd_reload(Manager *m) {
                 return r;
         }
 
-        note_restart("kubelet.devicePluginPath", c->device_plugin_path, cur->device_plugin_path);
-        note_restart("kubelet.socket", c->kubelet_socket, cur->kubelet_socket);
         note_restart("grpc.user", c->grpc_user, cur->grpc_user);
         note_restart("runtimeDirectory", c->runtime_directory, cur->runtime_directory);
         if (c->grpc_max_connections != cur->grpc_max_connections ||
@@ -55,7 +53,6 @@ int grpcd_reload(Manager *m) {
                 log_notice("grpc.* limits changed; kgpu-grpcd uses the new values after a restart.");
 
         SWAP_TWO(cur->log_level, c->log_level);
-        SWAP_TWO(cur->pod_resources_socket, c->pod_resources_socket);
         cur->reconcile_interval_sec = c->reconcile_interval_sec;
         cur->register_timeout_ms = c->register_timeout_ms;
         cur->broker_timeout_ms = c->broker_timeout_ms;

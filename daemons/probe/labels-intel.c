@@ -17,8 +17,6 @@
 #include "common/util.h"
 #include "daemons/probe/labels-intel.h"
 
-#define free_and_replace(a, b) do { free(a); (a) = TAKE_PTR(b); } while (0)
-
 typedef struct LabelTable {
         char **keys;
         char **values;

@@ -3,7 +3,9 @@
  * main.c — kgpu-probed: command line, configuration and the event loop.
  *
  * Exit status 0 on SIGTERM/SIGINT or after --help/--version/--introspect, 1 on any
- * startup failure or when the bus connection is lost (already logged).
+ * startup failure or when the bus connection is lost (already logged), 75 when the
+ * kubelet's directory is read-only in the unit's mount namespace and a restart by the
+ * service manager fixes it (kubelet.h).
  */
 
 #include <errno.h>
@@ -19,6 +21,7 @@
 #include "common/daemon.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "daemons/probe/kubelet.h"
 #include "daemons/probe/reload.h"
 #include "daemons/probe/manager.h"
 #include "daemons/probe/probe-dbus.h"
@@ -65,7 +68,7 @@ static int run(int argc, char *argv[]) {
 
                 r = manager_configure(m, config, &key);
                 if (r == -EINVAL)
-                        return log_error_errno(r, "Invalid configuration: %s: expected a byte count.", key);
+                        return log_error_errno(r, "Invalid configuration: %s.", key);
                 if (r < 0)
                         return log_oom();
         }
@@ -74,6 +77,10 @@ static int run(int argc, char *argv[]) {
         if (r < 0)
                 log_notice_errno(r, "Broker user '%s' not found, only root may call Rescan: %m",
                                  config->broker_user);
+        r = manager_set_grpc_user(m, config->grpc_user);
+        if (r < 0)
+                log_notice_errno(r, "Front end user '%s' not found, only root may use io.kgpu.Kubelet1: %m",
+                                 config->grpc_user);
 
         if (sigemptyset(&ss) < 0 || sigaddset(&ss, SIGTERM) < 0 || sigaddset(&ss, SIGINT) < 0 ||
             sigprocmask(SIG_BLOCK, &ss, NULL) < 0)
@@ -102,6 +109,8 @@ static int run(int argc, char *argv[]) {
         (void) sd_notify(false, "STOPPING=1");
         if (r < 0)
                 return log_error_errno(r, "Event loop failed: %m");
+        if (r == KUBELET_EXIT_RESTART)  /* logged by kubelet.c */
+                return r;
         if (r > 0)      /* sd-bus exit-on-disconnect */
                 return log_error_errno(-ECONNRESET, "Disconnected from the bus, exiting.");
         return 0;
@@ -110,5 +119,7 @@ static int run(int argc, char *argv[]) {
 int main(int argc, char *argv[]) {
         int r = run(argc, argv);
 
+        if (r == KUBELET_EXIT_RESTART)
+                return r;
         return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 }

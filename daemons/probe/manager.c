@@ -19,6 +19,7 @@
 #include "common/bus-names.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "daemons/probe/kubelet.h"
 #include "daemons/probe/labels-intel.h"
 #include "daemons/probe/labels-nvidia.h"
 #include "daemons/probe/manager.h"
@@ -54,6 +55,9 @@ int manager_new(Manager **ret) {
         r = nvidia_probe_new(m, &m->nvidia);
         if (r < 0)
                 return r;
+        r = kubelet_dir_new(m->event, probe_dbus_kubelet_changed, m, &m->kubelet);
+        if (r < 0)
+                return r;
 
         *ret = TAKE_PTR(m);
         return 0;
@@ -63,6 +67,7 @@ Manager *manager_free(Manager *m) {
         if (!m)
                 return NULL;
         nvidia_probe_free(m->nvidia);
+        kubelet_dir_free(m->kubelet);
         /* The MPS daemons stay (see mps.h); pending SetMps calls get their error now. */
         mps_free(m->mps);
         config_free(m->nvidia_labels_config);
@@ -82,29 +87,42 @@ Manager *manager_free(Manager *m) {
         return mfree(m);
 }
 
-int manager_set_broker_user(Manager *m, const char *user) {
+static int resolve_user(const char *user, uid_t *ret) {
         struct passwd *pw;
 
-        m->broker_uid = (uid_t) -1;
+        *ret = (uid_t) -1;
         if (isempty(user))
                 return 0;
         errno = 0;
         pw = getpwnam(user);
         if (!pw)
                 return errno > 0 ? -errno : -ESRCH;
-        m->broker_uid = pw->pw_uid;
+        *ret = pw->pw_uid;
         return 0;
+}
+
+int manager_set_broker_user(Manager *m, const char *user) {
+        return resolve_user(user, &m->broker_uid);
+}
+
+int manager_set_grpc_user(Manager *m, const char *user) {
+        uid_t uid;
+        int r;
+
+        r = resolve_user(user, &uid);
+        kubelet_dir_set_caller_uid(m->kubelet, uid);
+        return r;
 }
 
 int manager_configure(Manager *m, const Config *c, const char **ret_key) {
         uint64_t override = 0, reserved = 0;
 
         if (c->intel_memory_override && gpu_parse_memory_env(c->intel_memory_override, &override) < 0) {
-                *ret_key = "intel.memoryOverride (GPU_MEMORY_OVERRIDE)";
+                *ret_key = "intel.memoryOverride (GPU_MEMORY_OVERRIDE): expected a byte count";
                 return -EINVAL;
         }
         if (c->intel_memory_reserved && gpu_parse_memory_env(c->intel_memory_reserved, &reserved) < 0) {
-                *ret_key = "intel.memoryReserved (GPU_MEMORY_RESERVED)";
+                *ret_key = "intel.memoryReserved (GPU_MEMORY_RESERVED): expected a byte count";
                 return -EINVAL;
         }
         if (free_and_strdup(&m->feature_file, c->labels_feature_file) < 0 ||
@@ -123,6 +141,17 @@ int manager_configure(Manager *m, const Config *c, const char **ret_key) {
                 config_free(m->nvidia_labels_config);
                 m->nvidia_labels_config = lc;
                 k = mps_configure(&m->mps, m->event, c, probe_dbus_mps_state_changed, m);
+                if (k < 0)
+                        return k;
+        }
+        {
+                int k = kubelet_dir_configure(m->kubelet, c);
+
+                if (k == -EINVAL) {
+                        *ret_key = "kubelet.devicePluginPath, kubelet.socket or kubelet.podResourcesSocket: "
+                                   "expected an absolute path to a file";
+                        return k;
+                }
                 if (k < 0)
                         return k;
         }
@@ -584,6 +613,11 @@ int manager_start(Manager *m) {
         r = manager_connect_bus(m);
         if (r < 0)
                 return r;
+
+        /* With the name taken, so that every change of the kubelet's directory is seen. */
+        r = kubelet_dir_start(m->kubelet);
+        if (r < 0)
+                return log_error_errno(r, "Failed to watch the kubelet's directories: %m");
 
         manager_notify_status(m);
         return 0;

@@ -46,6 +46,8 @@ typedef struct Manager {
         struct Mps *mps;                /* MPS control daemons, SetMps (mps.c) */
         Config *nvidia_labels_config;   /* what the NVIDIA labels read of the config (labels-nvidia.c) */
 
+        struct KubeletDir *kubelet;     /* the kubelet's directories, for grpcd (kubelet.c) */
+
         uid_t broker_uid;       /* (uid_t) -1 when the broker user does not exist */
         uint64_t start_time;    /* CLOCK_REALTIME usec */
 } Manager;
@@ -56,9 +58,12 @@ DEFINE_CLEANUP_FUNC(Manager, manager_free);
 
 /* Resolves the broker user (may be NULL or unknown: then only root may call Rescan). */
 int manager_set_broker_user(Manager *m, const char *user);
+/* Resolves the front end's user (NULL or unknown: only root may call io.kgpu.Kubelet1). */
+int manager_set_grpc_user(Manager *m, const char *user);
 
-/* Takes the Intel options and output paths from the configuration. Returns -EINVAL and
- * the offending key in *ret_key for an invalid GPU_MEMORY_* value. */
+/* Takes the Intel options, output paths and kubelet paths from the configuration. Returns -EINVAL and
+ * the offending key with what was expected in *ret_key for an invalid GPU_MEMORY_*
+ * value or kubelet path. */
 int manager_configure(Manager *m, const Config *c, const char **ret_key);
 
 /* Writes the NFD feature file and the CDI spec from the GPU table now (each when its path

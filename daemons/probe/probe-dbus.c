@@ -2,18 +2,22 @@
 /*
  * probe-dbus.c — io.kgpu.Probe1 / io.kgpu.Gpu1 vtables and signal helpers (see probe-dbus.h).
  *
- * Reads go through sd-bus' offset-based getters on the Gpu found for the path; the
- * only mutation, Rescan, is allowed for uid 0 and the broker's uid only, whatever the
- * bus policy says.
+ * Reads go through sd-bus' offset-based getters on the Gpu found for the path. The
+ * mutations of io.kgpu.Probe1 (Rescan, SetMps) are allowed for uid 0 and the broker's
+ * uid only, those of io.kgpu.Kubelet1 (sockets in the kubelet's directories) for uid 0
+ * and the front end's uid only, whatever the bus policy says.
  */
 
 #include <errno.h>
 #include <stddef.h>
 #include <string.h>
 
+#include "common/bus-creds.h"
 #include "common/bus-names.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "daemons/probe/kubelet-dbus.h"
+#include "daemons/probe/kubelet.h"
 #include "daemons/probe/mps.h"
 #include "daemons/probe/nvidia.h"
 #include "daemons/probe/probe-dbus.h"
@@ -91,22 +95,7 @@ static int property_get_links(sd_bus *bus, const char *path, const char *interfa
 }
 
 int probe_dbus_check_sender(Manager *m, sd_bus_message *message, sd_bus_error *error) {
-        _cleanup_(sd_bus_creds_unrefp) sd_bus_creds *creds = NULL;
-        uid_t uid;
-        int r;
-
-        r = sd_bus_query_sender_creds(message, SD_BUS_CREDS_EUID, &creds);
-        if (r >= 0)
-                r = sd_bus_creds_get_euid(creds, &uid);
-        if (r < 0)
-                return sd_bus_error_set_errnof(error, r, "Cannot determine caller: %m");
-
-        if (uid == 0 || (m->broker_uid != (uid_t) -1 && uid == m->broker_uid))
-                return 0;
-
-        return sd_bus_error_setf(error, KGPU_ERROR_ACCESS_DENIED,
-                                 "Caller uid %u may not call %s.", (unsigned) uid,
-                                 sd_bus_message_get_member(message));
+        return bus_check_sender_uid(message, m->broker_uid, error);
 }
 
 static int method_rescan(sd_bus_message *message, void *userdata, sd_bus_error *error) {
@@ -249,6 +238,15 @@ static const sd_bus_vtable probe_vtable[] = {
         SD_BUS_VTABLE_END
 };
 
+void probe_dbus_kubelet_changed(KubeletDir *k, void *userdata) {
+        Manager *m = userdata;
+        int r;
+
+        r = kubelet_dbus_emit(m->bus);
+        if (r < 0)
+                log_debug_errno(r, "Failed to emit PropertiesChanged for %s, ignoring: %m", KGPU_KUBELET_INTERFACE);
+}
+
 #define GPU_PROP_CONST(name, sig, field) \
         SD_BUS_PROPERTY(name, sig, NULL, offsetof(Gpu, field), SD_BUS_VTABLE_PROPERTY_CONST)
 #define GPU_PROP(name, sig, field) \
@@ -293,6 +291,7 @@ static const sd_bus_vtable gpu_vtable[] = {
 
 static const BusIntrospectEntry introspect_entries[] = {
         { KGPU_PROBE_PATH, KGPU_PROBE_INTERFACE, probe_vtable, false },
+        { KGPU_PROBE_PATH, KGPU_KUBELET_INTERFACE, kubelet_dbus_vtable, false },
         { KGPU_GPU_PATH_PREFIX, KGPU_GPU_INTERFACE, gpu_vtable, true },
 };
 
@@ -345,6 +344,9 @@ int probe_dbus_register(Manager *m) {
 
         r = sd_bus_add_object_vtable(m->bus, NULL, KGPU_PROBE_PATH, KGPU_PROBE_INTERFACE,
                                      probe_vtable, m);
+        if (r < 0)
+                return r;
+        r = kubelet_dbus_add(m->bus, m->kubelet);
         if (r < 0)
                 return r;
         r = sd_bus_add_fallback_vtable(m->bus, NULL, KGPU_GPU_PATH_PREFIX, KGPU_GPU_INTERFACE,

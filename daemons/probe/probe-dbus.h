@@ -2,7 +2,7 @@
 /*
  * probe-dbus.h — the io.kgpu.Probe1 and io.kgpu.Gpu1 vtables (contract: dbus/io.kgpu.Probe1.xml).
  *
- * /io/kgpu/Probe1 carries io.kgpu.Probe1 and the ObjectManager; each GPU is a child
+ * /io/kgpu/Probe1 carries io.kgpu.Probe1, io.kgpu.Kubelet1 and the ObjectManager; each GPU is a child
  * object served by one fallback vtable that looks the Gpu up by its decoded path. The
  * emit helpers are no-ops (returning 0) while the manager has no bus.
  */
@@ -11,6 +11,7 @@
 #include <systemd/sd-bus.h>
 
 #include "common/bus-introspect.h"
+#include "daemons/probe/kubelet.h"
 #include "daemons/probe/manager.h"
 #include "daemons/probe/mps.h"
 
@@ -32,6 +33,10 @@ int probe_dbus_emit_gpu_removed(Manager *m, const Gpu *g);
 /* Allows uid 0 and the broker's uid; otherwise sets io.kgpu.Error.AccessDenied.
  * Returns 0 if allowed, negative errno (with error set) if not. */
 int probe_dbus_check_sender(Manager *m, sd_bus_message *message, sd_bus_error *error);
+
+/* KubeletDirChanged of the manager's KubeletDir (userdata: the Manager): emits
+ * PropertiesChanged for io.kgpu.Kubelet1 (kubelet-dbus.c). */
+void probe_dbus_kubelet_changed(KubeletDir *k, void *userdata);
 
 /* MpsStateCallback of the manager's Mps (userdata: the Manager): sets MpsState and
  * MpsPipeDirectory of the GPU, Unhealthy "mps-failed" while MPS failed (Healthy again

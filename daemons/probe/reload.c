@@ -28,7 +28,7 @@ int probe_reload(ProbeReload *p) {
         if (r >= 0) {
                 r = manager_configure(p->manager, c, &key);
                 if (r == -EINVAL)
-                        log_error("Invalid configuration: %s: expected a byte count.", key);
+                        log_error("Invalid configuration: %s.", key);
                 else if (r < 0)
                         log_oom();
         }

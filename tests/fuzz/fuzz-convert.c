@@ -21,6 +21,7 @@
 #include <syslog.h>
 
 #include "common/log.h"
+#include "common/resource-name.h"
 #include "daemons/grpc/convert.h"
 #include "deviceplugin.pb-c.h"
 #include "fuzz-bus.h"
@@ -144,11 +145,11 @@ static void strings_case(const uint8_t *p, size_t n) {
                 abort();
         memcpy(s, p, n);
         s[n] = 0;
-        if (grpcd_socket_name(s, &sock) >= 0) {
-                if (!grpcd_resource_name_valid(s) || strchr(sock, '/') || strlen(sock) > 5 + GRPCD_RESOURCE_NAME_MAX + 5)
+        if (resource_socket_name(s, &sock) >= 0) {
+                if (!resource_name_valid(s) || strchr(sock, '/') || strlen(sock) > 5 + RESOURCE_NAME_MAX + 5)
                         abort();
                 free(sock);
-        } else if (grpcd_resource_name_valid(s))
+        } else if (resource_name_valid(s))
                 abort();
         if (grpcd_device_id_valid(s) && (n == 0 || strlen(s) > GRPCD_ID_MAX || !grpcd_utf8_valid(s, GRPCD_ID_MAX)))
                 abort();

@@ -372,13 +372,18 @@ class Node:
         # The probe's generated files (NFD labels, CDI spec), never the host's.
         self.feature_file = os.path.join(self.tmp, 'nfd', 'kgpu')
         self.cdi_dir = os.path.join(self.tmp, 'cdi')
-        for d in ('logs', 'notify', 'run', 'state', 'device-plugins', 'pod-resources'):
+        for d in ('logs', 'notify', 'run', 'state'):
             os.mkdir(os.path.join(self.tmp, d))
         os.chmod(os.path.join(self.tmp, 'notify'), 0o755)
         self._logfile = open(os.path.join(self.tmp, 'logs', 'harness.log'), 'a')
         self.state_dir = os.path.join(self.tmp, 'state')
-        self.plugin_dir = os.path.join(self.tmp, 'device-plugins')
-        self.pod_resources_socket = os.path.join(self.tmp, 'pod-resources', 'kubelet.sock')
+        # The kubelet's root directory as a node has it (made by the kubelet with
+        # MkdirAll(0750), owner root): device-plugins/ and pod-resources/ below it are
+        # made by the kubelet simulator when it starts, as the kubelet makes them.
+        self.kubelet_root = os.path.join(self.tmp, 'kubelet')
+        kubelet_sim.make_kubelet_dir(self.kubelet_root)
+        self.plugin_dir = os.path.join(self.kubelet_root, 'device-plugins')
+        self.pod_resources_socket = os.path.join(self.kubelet_root, 'pod-resources', 'kubelet.sock')
         for d in ('probe', 'broker', 'grpc'):
             os.mkdir(os.path.join(self.tmp, 'run', d))
         if self.root:
@@ -388,8 +393,6 @@ class Node:
             os.chmod(self.state_dir, 0o700)
             os.chown(os.path.join(self.tmp, 'run', 'broker'), bu.pw_uid, bu.pw_gid)
             os.chown(os.path.join(self.tmp, 'run', 'grpc'), gu.pw_uid, gu.pw_gid)
-            os.chown(self.plugin_dir, gu.pw_uid, gu.pw_gid)
-            os.chmod(self.plugin_dir, 0o755)
 
         self.config_file = os.path.join(self.tmp, 'kgpu.yaml')
         with open(self.config_file, 'w') as f:
@@ -449,11 +452,12 @@ class Node:
         with open(path, 'w') as f:
             f.write(conf)
         log = open(os.path.join(self.tmp, 'logs', 'dbus-daemon.log'), 'ab')
-        # umask 0: users kgpu, kgpu-broker and nobody must be able to connect.
+        # dbus-daemon makes its listening socket world-accessible itself (as on the
+        # system bus); the policy decides who may do what.
         self.bus = subprocess.Popen(['dbus-daemon', '--config-file=' + path, '--nofork',
                                      '--nopidfile', '--print-address=1', '--nosyslog'],
                                     stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
-                                    preexec_fn=lambda: os.umask(0), close_fds=True)
+                                    close_fds=True)
         log.close()
         line = self.bus.stdout.readline().decode().strip()
         if not line.startswith('unix:'):

@@ -9,11 +9,19 @@
 # a thread (every update kept with its receive time). PluginClient offers the unary calls.
 # restart() does what the kubelet does on restart: stop serving, delete every socket in
 # the directory (and nothing else), recreate kubelet.sock and wait for registrations.
+#
+# The simulator presents itself as the real kubelet does (facts from the upstream
+# source): its directories are made with MkdirAll(dir, 0750) when missing (owner: the
+# caller, root on a node), every socket in the device-plugins directory is removed when
+# it starts, and its sockets are made by a plain listen under the caller's umask (the
+# kubelet runs with systemd's default UMask=0022: srwxr-xr-x, which only root can
+# connect to). Nothing here makes them friendlier than that.
 # Python modules are generated at run time from daemons/grpc/proto/*.proto with
 # grpc_tools.protoc into a cache directory; nothing here shares code with kgpu.
 #
 # Library use: see harness.py and test_*.py. CLI (for the demo and for poking a node):
-#   kubelet_sim.py serve --dir DIR [--pod-resources SOCK]     act as the kubelet
+#   kubelet_sim.py serve --dir DIR [--pod-resources SOCK] [--events FILE] [--pods FILE]
+#                                                            act as the kubelet
 #   kubelet_sim.py options|devices --dir DIR --resource R       query a plugin socket
 #   kubelet_sim.py preferred --dir DIR --resource R --size N ID...
 #   kubelet_sim.py allocate|prestart --dir DIR --resource R ID...
@@ -121,12 +129,29 @@ def socket_name_for(resource):
 
 
 @contextlib.contextmanager
-def _umask(mask):
+def _kubelet_umask(mask):
+    """The umask the kubelet runs under (systemd's default UMask=0022) while it makes a
+    socket; never more permissive than that."""
     old = os.umask(mask)
     try:
         yield
     finally:
         os.umask(old)
+
+
+def make_kubelet_dir(path, umask=0o022):
+    """os.MkdirAll(path, 0750) as the kubelet does it: missing parents too, each 0750
+    under the kubelet's umask; an existing directory is left as it is."""
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(path.rstrip('/'))
+    if parent and parent != path:
+        make_kubelet_dir(parent, umask)
+    with _kubelet_umask(umask):
+        try:
+            os.mkdir(path, 0o750)
+        except FileExistsError:
+            pass
 
 
 class Registration:
@@ -270,8 +295,10 @@ class PluginClient:
 
 
 class KubeletSim:
-    def __init__(self, plugin_dir, pod_resources_socket=None, protos=None, verbose=False, t0=None):
+    def __init__(self, plugin_dir, pod_resources_socket=None, protos=None, verbose=False, t0=None,
+                 umask=0o022):
         self.p = protos or load_protos()
+        self.umask = umask
         self.t0 = time.monotonic() if t0 is None else t0  # origin of logged times
         self.dir = plugin_dir
         self.kubelet_socket = os.path.join(plugin_dir, 'kubelet.sock')
@@ -297,6 +324,10 @@ class KubeletSim:
 
     # --- servers -------------------------------------------------------------------
     def start(self):
+        # What the kubelet does at start: its directories, then every plugin socket
+        # removed (CleanupPluginDirectory), then it listens.
+        make_kubelet_dir(self.dir, self.umask)
+        self.delete_sockets()
         self._start_registration()
         if self.pod_resources_socket:
             self._start_pod_resources()
@@ -311,9 +342,9 @@ class KubeletSim:
 
         server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=4))
         self.p.dp_grpc.add_RegistrationServicer_to_server(RegistrationServicer(), server)
-        # A socket everyone may connect to: kgpu-grpcd runs as its own user.
-        with _umask(0):
-            self.created_at = time.monotonic()
+        # A plain listen under the kubelet's umask, as its net.Listen does.
+        self.created_at = time.monotonic()
+        with _kubelet_umask(self.umask):
             if server.add_insecure_port('unix:' + self.kubelet_socket) == 0:
                 raise RuntimeError('cannot listen on %s' % self.kubelet_socket)
             server.start()
@@ -348,12 +379,13 @@ class KubeletSim:
                             return sim.p.pr.GetPodResourcesResponse(pod_resources=p)
                 context.abort(grpc.StatusCode.NOT_FOUND, 'pod not found')
 
-        os.makedirs(os.path.dirname(self.pod_resources_socket), exist_ok=True)
+        # The kubelet: unlink, MkdirAll(0750), listen (same umask as its other socket).
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.pod_resources_socket)
+        make_kubelet_dir(os.path.dirname(self.pod_resources_socket), self.umask)
         server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=2))
         self.p.pr_grpc.add_PodResourcesListerServicer_to_server(Lister(), server)
-        with _umask(0):
+        with _kubelet_umask(self.umask):
             if server.add_insecure_port('unix:' + self.pod_resources_socket) == 0:
                 raise RuntimeError('cannot listen on %s' % self.pod_resources_socket)
             server.start()
@@ -552,13 +584,54 @@ def _cli_serve(args):
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
     signal.signal(signal.SIGINT, lambda *a: stop.set())
     seen = {}
+    n_regs = 0
+
+    def event(**kw):
+        # One JSON line per event for whoever watches this simulator from outside
+        # (the package test runs it as a systemd unit).
+        if args.events:
+            kw.update(pid=os.getpid(), time=time.time())
+            with open(args.events, 'a') as f:
+                f.write(json.dumps(kw) + '\n')
+
+    def load_pods():
+        # [[name, namespace, [[container, [[resource, [ids]]]]]]], read again when it changes
+        try:
+            st = os.stat(args.pods)
+        except (TypeError, FileNotFoundError):
+            return None
+        if load_pods.mtime == st.st_mtime_ns:
+            return None
+        load_pods.mtime = st.st_mtime_ns
+        with open(args.pods) as f:
+            return [(n, ns, [(c, [(r, list(ids)) for r, ids in devs]) for c, devs in cs])
+                    for n, ns, cs in json.load(f)]
+    load_pods.mtime = None
+
+    event(what='started', dir=args.dir)
+    lists = 0
     try:
-        while not stop.wait(0.2):
+        while not stop.wait(0.1):
+            pods = load_pods()
+            if pods is not None:
+                sim.set_pods(pods)
+            with sim.lock:
+                n = sim.list_calls
+            if n != lists:
+                lists = n
+                event(what='list', calls=n)
+            with sim.lock:
+                regs = sim.registrations[n_regs:]
+            for r in regs:
+                n_regs += 1
+                print('kubelet-sim: Register %s endpoint %s' % (r.resource_name, r.endpoint), flush=True)
+                event(what='register', resource=r.resource_name, endpoint=r.endpoint)
             for res, cl in sim.plugin_items():
                 n = len(cl.updates)
                 if seen.get(res) != (id(cl), n) and n:
                     seen[res] = (id(cl), n)
                     print('kubelet-sim: %s devices: %s' % (res, _fmt_devices(cl.devices())), flush=True)
+                    event(what='devices', resource=res, devices=cl.devices())
     finally:
         sim.stop()
     return 0
@@ -596,6 +669,8 @@ def main(argv=None):
     s = sub.add_parser('serve', help='serve Registration/PodResources and watch plugins')
     s.add_argument('--dir', required=True, help='device-plugins directory')
     s.add_argument('--pod-resources', help='PodResources socket path')
+    s.add_argument('--events', help='append one JSON line per event (started, register, devices, list) here')
+    s.add_argument('--pods', help='JSON file of the pods PodResources List reports (read again when changed)')
     for name in ('options', 'devices', 'preferred', 'allocate', 'prestart'):
         c = sub.add_parser(name)
         c.add_argument('--dir', required=True, help='device-plugins directory')

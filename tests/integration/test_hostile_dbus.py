@@ -10,12 +10,15 @@
 #    GetManagedObjects), and no failed call left an allocation behind;
 #  - uid nobody and uid kgpu-broker are refused Allocate, PreStartContainer, Reconcile and
 #    Reload by the policy (org.freedesktop.DBus.Error.AccessDenied), nobody and kgpu are
-#    refused Probe1.Rescan; reads (ListResources) work for nobody;
+#    refused Probe1.Rescan, nobody and kgpu-broker every io.kgpu.Kubelet1 method (the
+#    kubelet's directories are the front end's business only); reads (ListResources)
+#    work for nobody; OpenPluginSocket refuses path-like and foreign resource names;
 # and on a second node whose bus config allows every call (a mandatory allow-all
 # policy), so that only the daemons' own uid checks stand:
 #  - uids nobody and daemon get io.kgpu.Error.AccessDenied from the broker itself for
-#    the four mutations, nobody and kgpu from the probe for Rescan; root (Allocate) and
-#    kgpu-broker (Rescan) still succeed.
+#    the four mutations, nobody and kgpu from the probe for Rescan, nobody and
+#    kgpu-broker from the probe for the Kubelet1 methods; root (Allocate), kgpu-broker
+#    (Rescan) and kgpu (ConnectKubelet) still pass.
 # Calls as other uids go through `setpriv` and this file's --call mode (dbus-python).
 # Needs root (other uids, privilege drop).
 
@@ -31,6 +34,9 @@ from harness import check, RES_I915, GPU_I915
 
 BROKER = (harness.BROKER_BUS, harness.BROKER_PATH, harness.BROKER_BUS)
 PROBE = (harness.PROBE_BUS, '/io/kgpu/Probe1', harness.PROBE_BUS)
+KUBELET = (harness.PROBE_BUS, '/io/kgpu/Probe1', 'io.kgpu.Kubelet1')
+KUBELET_CALLS = [('ConnectKubelet', '', []), ('ConnectPodResources', '', []),
+                 ('OpenPluginSocket', 's', [RES_I915]), ('ClosePluginSocket', 'st', [RES_I915, 1])]
 
 INVALID_ARGS = 'org.freedesktop.DBus.Error.InvalidArgs'
 BUS_DENIED = 'org.freedesktop.DBus.Error.AccessDenied'
@@ -112,6 +118,16 @@ def hostile_calls(node):
         expect_error(call(a, *BROKER, method, sig, args), INVALID_ARGS,
                      'Broker1.%s(%s)' % (method, sig or 'no args'))
     expect_error(call(a, *PROBE, 'Rescan', 's', ['now']), INVALID_ARGS, 'Probe1.Rescan(s)')
+    expect_error(call(a, *KUBELET, 'OpenPluginSocket', 'u', [1]), INVALID_ARGS, 'Kubelet1.OpenPluginSocket(u)')
+    expect_error(call(a, *KUBELET, 'ConnectKubelet', 's', ['/etc/shadow']), INVALID_ARGS,
+                 'Kubelet1.ConnectKubelet(s)')
+    for bad in ('../../etc/passwd', 'gpu.intel.com/../x', big[:4096], 'a/b/c', ''):
+        expect_error(call(a, *KUBELET, 'OpenPluginSocket', 's', [bad]), 'io.kgpu.Error.InvalidArgs',
+                     'Kubelet1.OpenPluginSocket(%r)' % bad[:20])
+    expect_error(call(a, *KUBELET, 'OpenPluginSocket', 's', ['example.com/gpu']), 'io.kgpu.Error.Refused',
+                 'Kubelet1.OpenPluginSocket(another domain)', 'example.com/gpu')
+    check(not any(n.startswith('kgpu-') and 'example' in n for n in os.listdir(node.plugin_dir)),
+          'a socket was made for a refused name')
 
     print('unknown ids and names:')
     expect_error(call(a, *BROKER, 'Allocate', 'saas', [RES_I915, [['0000:ff:00.0']]]),
@@ -197,6 +213,10 @@ def forbidden_by_policy(node):
                          'Broker1.%s as %s (policy)' % (method, user))
     for user in ('nobody', harness.GRPC_USER):
         expect_error(call_as(node, user, *PROBE, 'Rescan'), BUS_DENIED, 'Probe1.Rescan as %s (policy)' % user)
+    for user in ('nobody', harness.BROKER_USER):
+        for method, sig, args in KUBELET_CALLS:
+            expect_error(call_as(node, user, *KUBELET, method, sig, args), BUS_DENIED,
+                         'Kubelet1.%s as %s (policy)' % (method, user))
     r = call_as(node, 'nobody', *BROKER, 'ListResources')
     check(r[0] == 'ok', 'ListResources as nobody: %r' % (r,))
 
@@ -215,6 +235,13 @@ def forbidden_by_daemon():
                              'Broker1.%s as %s (daemon)' % (method, user))
         for user in ('nobody', harness.GRPC_USER):
             expect_error(call_as(n2, user, *PROBE, 'Rescan'), KGPU_DENIED, 'Probe1.Rescan as %s (daemon)' % user)
+        for user in ('nobody', harness.BROKER_USER):
+            for method, sig, args in KUBELET_CALLS:
+                expect_error(call_as(n2, user, *KUBELET, method, sig, args), KGPU_DENIED,
+                             'Kubelet1.%s as %s (daemon)' % (method, user))
+        # The front end's user passes the uid check (no kubelet on this node: unavailable).
+        expect_error(call_as(n2, harness.GRPC_USER, *KUBELET, 'ConnectKubelet'), 'io.kgpu.Error.KubeletUnavailable',
+                     'Kubelet1.ConnectKubelet as %s (no kubelet)' % harness.GRPC_USER)
         check(len(n2.list_allocations()) == n0, 'a refused Allocate was recorded')
         # Root and the broker's own checks still let the right callers through.
         r = call(n2.bus_address, *BROKER, 'Allocate', 'saas', [RES_I915, [[GPU_I915]]])

@@ -4,11 +4,14 @@
 #
 # Contract: started by kgpu-pkgtest.service (see test-install.sh) with systemd as PID 1,
 # the payload read-only at /kgpu-test and a writable /kgpu-results. Installs the .deb
-# with dpkg, then checks, in order: users and ACLs from sysusers.d/tmpfiles.d, the
-# three units active after `systemctl start kgpu.target`, grpcd and the broker running
-# as their users with no capabilities, busctl introspect/tree answering, denial of
-# mutating calls from `nobody`, the kubelet simulator (kubelet_sim.py on grpcio)
-# registering both resources of the two-gpus testbed and getting an Allocate answer,
+# with dpkg, then checks, in order: users from sysusers.d and no kubelet directory made
+# by the package, the three units active after `systemctl start kgpu.target`, grpcd and
+# the broker running as their users with no capabilities, busctl introspect/tree
+# answering, denial of mutating calls from `nobody`, the kubelet simulator
+# (kubelet_sim.py on grpcio) run as a systemd unit with the default UMask as the
+# kubelet runs (0750 directories, sockets only root can reach) and kgpu registering
+# both resources of the two-gpus testbed through the root probe, an Allocate answer,
+# registration again after that unit restarts,
 # kgpuctl, allocations kept across `systemctl reload` and `systemctl restart
 # kgpu-brokerd`, `systemd-analyze verify` with nothing on stderr and the exposure
 # thresholds. Prints one line per check; exit status 0 only if every check passed.
@@ -18,6 +21,7 @@ import json
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -92,6 +96,19 @@ def install_testbed():
             f.write('[Service]\nWatchdogSec=%ds\n' % WATCHDOG_SEC)
 
 
+def sim_events():
+    try:
+        with open('/run/kubelet-sim/events') as f:
+            return [json.loads(l) for l in f if l.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def sim_registered(pid):
+    """The resources registered with the simulator process `pid`."""
+    return {e['resource'] for e in sim_events() if e['what'] == 'register' and str(e['pid']) == str(pid)}
+
+
 def allocations():
     p = sh('kgpuctl', '--json', 'allocations', check_rc=False)
     if p.returncode != 0:
@@ -125,18 +142,11 @@ def main():
             check(pw.pw_uid < 1000 and pw.pw_uid != 0, 'postinst created system user %s (uid %d)' % (user, pw.pw_uid))
         except KeyError:
             check(False, 'postinst created system user %s' % user)
-    # tmpfiles.d runs again at every boot (and dh's snippet ran it a second time):
-    # the ACL must still grant what it says after that.
+    # The package makes none of the kubelet's directories and sets no ACL (the root
+    # probe does everything there for grpcd); tmpfiles.d runs again at every boot.
     sh('systemd-tmpfiles', '--create', 'kgpu.conf', check_rc=False)
-    acl = sh('getfacl', '-p', PLUGIN_DIR, check_rc=False).stdout
-    check('group:kgpu:rwx' in acl and 'mask::rwx' in acl and 'default:group:kgpu:rw' in acl,
-          'tmpfiles.d ACLs on %s (incl. mask and default ACL)' % PLUGIN_DIR, acl)
-    probe_sock = os.path.join(PLUGIN_DIR, 'acl-probe.sock')
-    p = sh('setpriv', '--reuid=kgpu', '--regid=kgpu', '--clear-groups', 'python3', '-c',
-           'import socket,sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])', probe_sock, check_rc=False)
-    check(p.returncode == 0, 'user kgpu may create a socket in %s' % PLUGIN_DIR, p.stderr)
-    if os.path.exists(probe_sock):
-        os.unlink(probe_sock)
+    check(not os.path.exists('/var/lib/kubelet'), 'the package made no kubelet directory',
+          sh('ls', '-laR', '/var/lib/kubelet', check_rc=False).stdout)
 
     # --- start ---------------------------------------------------------------------
     sh('systemctl', 'stop', 'kgpu.target', *UNITS, check_rc=False)
@@ -185,23 +195,45 @@ def main():
     p = sh('busctl', 'call', 'io.kgpu.Probe1', '/io/kgpu/Probe1', 'io.kgpu.Probe1', 'Rescan', check_rc=False)
     check(p.returncode == 0, 'root may call Probe1.Rescan', p.stderr)
 
-    # --- kubelet ---------------------------------------------------------------------
+    # --- kubelet: the simulator as a systemd unit, run as the kubelet runs -----------
+    # Root, systemd's default UMask=0022, /var/lib/kubelet/... made 0750 by it, after
+    # kgpu started (so the probe also meets a device-plugins directory that appeared
+    # after its unit started).
     sys.path.insert(0, PAYLOAD)
     os.environ['KGPU_PROTO_DIR'] = os.path.join(PAYLOAD, 'proto')
     import kubelet_sim
-    sim = kubelet_sim.KubeletSim(PLUGIN_DIR, POD_RESOURCES)
-    sim.start()
-    try:
-        regs = sim.wait_registrations(list(TWO_GPUS), timeout=20)
-        check(set(regs) == set(TWO_GPUS), 'kubelet simulator got Register for %s' % ', '.join(sorted(TWO_GPUS)))
-    except TimeoutError as e:
-        check(False, 'kubelet simulator got Register for both resources', str(e))
+    shutil.copy(os.path.join(PAYLOAD, 'kgpu-kubelet-sim.service'), '/etc/systemd/system/')
+    sh('systemctl', 'daemon-reload')
+    p = sh('systemctl', 'start', 'kgpu-kubelet-sim.service', check_rc=False)
+    check(p.returncode == 0 and unit_prop('kgpu-kubelet-sim.service', 'UMask') == '0022',
+          'kubelet simulator runs as a unit with the default UMask (%s)' % unit_prop('kgpu-kubelet-sim.service', 'UMask'),
+          p.stderr)
+    sim_pid = unit_prop('kgpu-kubelet-sim.service', 'MainPID')
+    wait(lambda: sim_registered(sim_pid) == set(TWO_GPUS), 30, 'registrations')
+    regs = sim_registered(sim_pid)
+    if not check(regs == set(TWO_GPUS), 'the installed kgpu registered %s with the kubelet unit'
+                 % ', '.join(sorted(TWO_GPUS)), 'got %r; events %r; probe: %s' % (
+                     regs, sim_events()[-10:], sh('journalctl', '--no-pager', '-n', '20', '-u',
+                                                  'kgpu-probed.service', check_rc=False).stdout)):
         return
+    for d in ('/var/lib/kubelet', PLUGIN_DIR, os.path.dirname(POD_RESOURCES)):
+        st = os.stat(d)
+        check(stat.S_IMODE(st.st_mode) == 0o750 and st.st_uid == 0, '%s is 0750 root as the kubelet made it' % d,
+              '%o uid %d' % (stat.S_IMODE(st.st_mode), st.st_uid))
+        acl = sh('getfacl', '-p', d, check_rc=False).stdout
+        check('kgpu' not in acl, '%s carries no kgpu ACL entry' % d, acl)
+    for sock in (os.path.join(PLUGIN_DIR, 'kubelet.sock'), POD_RESOURCES):
+        st = os.lstat(sock)
+        check(stat.S_IMODE(st.st_mode) == 0o755 and st.st_uid == 0,
+              '%s is srwxr-xr-x root (umask 0022)' % sock, '%o uid %d' % (stat.S_IMODE(st.st_mode), st.st_uid))
+    p = sh('python3', '-c', 'import socket,sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])',
+           os.path.join(PLUGIN_DIR, 'kubelet.sock'), user='kgpu', check_rc=False)
+    check(p.returncode != 0 and ('Permission denied' in p.stderr or 'PermissionError' in p.stderr),
+          'user kgpu cannot reach the kubelet socket itself (the probe does it)', p.stderr)
+
     res = 'gpu.intel.com/i915'
     gpu = TWO_GPUS[res]
-    cl = sim.plugin(res)
-    _, devs = cl.wait_update(lambda d: len(d) > 0, timeout=10)
-    check([d['id'] for d in devs] == [gpu], 'ListAndWatch lists %s for %s' % (gpu, res), repr(devs))
+    cl = kubelet_sim.PluginClient(os.path.join(PLUGIN_DIR, kubelet_sim.socket_name_for(res)), res)
     try:
         ans = cl.allocate([gpu])
         paths = sorted(d['host_path'] for d in ans['devices'])
@@ -210,9 +242,12 @@ def main():
     except Exception as e:  # grpc.RpcError
         check(False, 'Allocate answered', repr(e))
     # Keep the pod "live" for reconciliation.
-    sim.set_pods([('pkgtest', 'default', [('c0', [(res, [gpu])])])])
+    with open('/run/kubelet-sim/pods.json.tmp', 'w') as f:
+        json.dump([['pkgtest', 'default', [['c0', [[res, [gpu]]]]]]], f)
+    os.rename('/run/kubelet-sim/pods.json.tmp', '/run/kubelet-sim/pods.json')
     st = sh('kgpuctl', 'status', check_rc=False)
-    check(st.returncode == 0 and 'kgpu-grpcd' in st.stdout, 'kgpuctl status (all up)', st.stdout + st.stderr)
+    check(st.returncode == 0 and 'Kubelet socket: present' in st.stdout and st.stdout.count(' serving') == 2,
+          'kgpuctl status (all up, kubelet present, both sockets serving)', st.stdout + st.stderr)
     log('kgpuctl status:\n' + st.stdout)
 
     before = allocations()
@@ -236,13 +271,27 @@ def main():
         check(len(ans['devices']) == 2, 'Allocate answered after the broker restart', repr(ans))
     except Exception as e:
         check(False, 'Allocate answered after the broker restart', repr(e))
-    # grpcd (user kgpu) reaches the PodResources socket the "kubelet" (root) created:
-    # the default ACL of /var/lib/kubelet/pod-resources.
-    acl = sh('getfacl', '-p', POD_RESOURCES, check_rc=False).stdout
-    check('group:kgpu:rw' in acl, 'default ACL gives kgpu rw on the kubelet\'s PodResources socket', acl)
-    check(wait(lambda: sim.list_calls > 0, 35, 'PodResources List'),
-          'grpcd called PodResources List (%d calls)' % sim.list_calls)
-    sim.stop()
+    cl.close()
+    # grpcd reaches the PodResources socket the "kubelet" (root) made, through the probe.
+    check(wait(lambda: any(e['what'] == 'list' for e in sim_events()), 35, 'PodResources List'),
+          'grpcd called PodResources List through the probe')
+
+    # The kubelet restarts (its unit): every plugin socket removed; kgpu registers again.
+    p = sh('systemctl', 'restart', 'kgpu-kubelet-sim.service', check_rc=False)
+    new_pid = unit_prop('kgpu-kubelet-sim.service', 'MainPID')
+    check(p.returncode == 0 and new_pid != sim_pid, 'systemctl restart kgpu-kubelet-sim (pid %s -> %s)' % (
+        sim_pid, new_pid), p.stderr)
+    wait(lambda: sim_registered(new_pid) == set(TWO_GPUS), 30, 'registrations again')
+    regs = sim_registered(new_pid)
+    check(regs == set(TWO_GPUS), 'kgpu registered again after the kubelet unit restarted', 'got %r' % regs)
+    cl = kubelet_sim.PluginClient(os.path.join(PLUGIN_DIR, kubelet_sim.socket_name_for(res)), res)
+    try:
+        ans = cl.allocate([gpu])
+        check(len(ans['devices']) == 2, 'Allocate answered on the new socket after the kubelet restart', repr(ans))
+    except Exception as e:
+        check(False, 'Allocate answered after the kubelet restart', repr(e))
+    cl.close()
+    sh('systemctl', 'stop', 'kgpu-kubelet-sim.service', check_rc=False)
     before = allocations()      # with the one just made
 
     # --- D-Bus activation: a call to a stopped daemon's name starts its unit ---------

@@ -43,7 +43,7 @@ payload=$work/payload results=$work/results
 mkdir -p "$payload/proto" "$results"
 cp "$debdir"/kgpu_*.deb "$testbed" "$src/tests/data/testbeds/two-gpus.umockdev" \
    "$src/tests/integration/kubelet_sim.py" "$here/in-container.py" \
-   "$here/kgpu-testbed.service" "$here/probe-testbed.conf" "$payload/"
+   "$here/kgpu-testbed.service" "$here/probe-testbed.conf" "$here/kgpu-kubelet-sim.service" "$payload/"
 cp "$src"/daemons/grpc/proto/*.proto "$payload/proto/"
 
 set -- systemd-nspawn --quiet --register=no --keep-unit -D "$root" --volatile=overlay \

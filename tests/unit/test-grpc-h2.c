@@ -1215,6 +1215,36 @@ START_TEST(test_client_unavailable) {
 }
 END_TEST
 
+/* A socket connected by someone else (as the probe hands one over), blocking as passed. */
+START_TEST(test_client_unary_fd) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        Reply r = {};
+        int fd;
+
+        ck_assert_uint_lt(strlen(sock_path), sizeof(sa.sun_path));
+        memcpy(sa.sun_path, sock_path, strlen(sock_path) + 1);
+        fd = socket(AF_UNIX, SOCK_STREAM|SOCK_CLOEXEC, 0);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(connect(fd, (struct sockaddr *) &sa, sizeof(sa)), 0);
+        ck_assert_int_eq(grpc_client_call_unary_fd(event, fd, "/test.Echo/Echo", (const uint8_t *) "hi", 2, 5000000,
+                                                   on_reply, &r, NULL), 0);
+        ck_assert(fcntl(fd, F_GETFL) & O_NONBLOCK);
+        RUN_UNTIL(r.called);
+        ck_assert_int_eq(r.status, GRPC_STATUS_OK);
+        ck_assert_uint_eq(r.len, 2);
+        ck_assert_int_eq(r.first, 'h');
+        /* The call owned the fd and closed it. */
+        ck_assert_int_eq(fcntl(fd, F_GETFD), -1);
+
+        ck_assert_int_eq(grpc_client_call_unary_fd(event, -1, "/test.Echo/Echo", NULL, 0, 0, on_reply, &r, NULL),
+                         -EBADF);
+        /* Invalid arguments: the fd is still taken over (closed). */
+        fd = socket(AF_UNIX, SOCK_STREAM|SOCK_CLOEXEC, 0);
+        ck_assert_int_eq(grpc_client_call_unary_fd(event, fd, "no-slash", NULL, 0, 0, on_reply, &r, NULL), -EINVAL);
+        ck_assert_int_eq(fcntl(fd, F_GETFD), -1);
+}
+END_TEST
+
 START_TEST(test_client_cancel) {
         Reply r = {};
         GrpcClientCall *c = NULL;
@@ -1288,6 +1318,7 @@ static Suite *grpc_suite(bool grpcio) {
                 tc = tcase_create("client-grpcio");
                 tcase_add_checked_fixture(tc, client_setup, client_teardown);
                 tcase_add_test(tc, test_client_unary);
+        tcase_add_test(tc, test_client_unary_fd);
                 tcase_add_test(tc, test_client_errors);
                 tcase_add_test(tc, test_client_deadline);
                 tcase_add_test(tc, test_client_unavailable);

@@ -5,8 +5,9 @@
  *
  * This process plays the broker on a second bus connection (a vtable answering
  * ListResources, GetDevices, Allocate, GetPreferredAllocation, PreStartContainer; it can
- * be told to fail or to never answer) and the kubelet (gRPC client calls on the plugin
- * socket). Checks: waiting for an absent broker, serving once it appears, the Allocate
+ * be told to fail or to never answer), serves the probe's io.kgpu.Kubelet1 on a third
+ * (the probe's own KubeletDir and vtable, making the plugin sockets in the test's
+ * directory) and plays the kubelet (gRPC client calls on the plugin socket). Checks: waiting for an absent broker, serving once it appears, the Allocate
  * answer, error mapping (UnknownDevice, Unhealthy, AccessDenied), health changes through
  * ResourcesChanged, a broker that does not answer (UNAVAILABLE after
  * Config.broker_timeout_ms), a broker that leaves the bus (UNAVAILABLE at once) and a
@@ -37,6 +38,8 @@
 #include "common/util.h"
 #include "daemons/grpc/manager.h"
 #include "daemons/grpc/plugin.h"
+#include "daemons/probe/kubelet.h"
+#include "daemons/probe/kubelet-dbus.h"
 #include "deviceplugin.pb-c.h"
 
 #define RES "gpu.intel.com/i915"
@@ -47,6 +50,25 @@ static char sock_path[PATH_MAX];
 static pid_t bus_pid = -1;
 static sd_event *event;
 static sd_bus *fake;                    /* the fake broker's connection */
+static sd_bus *probe_bus;               /* the probe's Kubelet1 */
+static KubeletDir *kdir;
+
+static void on_kubelet_changed(KubeletDir *k, void *userdata) {
+        ck_assert_int_ge(kubelet_dbus_emit(probe_bus), 0);
+}
+
+/* io.kgpu.Kubelet1 as the probe serves it, for the test's directory. */
+static void probe_start(void) {
+        Config c = { .device_plugin_path = dir, .intel_enabled = true };
+
+        ck_assert_int_eq(kubelet_dir_new(event, on_kubelet_changed, NULL, &kdir), 0);
+        ck_assert_int_eq(kubelet_dir_configure(kdir, &c), 0);
+        ck_assert_int_ge(sd_bus_open_system(&probe_bus), 0);
+        ck_assert_int_ge(sd_bus_attach_event(probe_bus, event, 0), 0);
+        ck_assert_int_ge(kubelet_dbus_add(probe_bus, kdir), 0);
+        ck_assert_int_ge(sd_bus_request_name(probe_bus, KGPU_PROBE_BUS_NAME, 0), 0);
+        ck_assert_int_eq(kubelet_dir_start(kdir), 0);
+}
 
 static struct {
         bool listed;
@@ -342,6 +364,7 @@ START_TEST(test_follow_and_forward) {
 
         ck_assert_int_eq(config_load_string("", 0, "test", ov, ELEMENTSOF(ov), &config, &error), 0);
         ck_assert_int_eq(manager_new(event, TAKE_PTR(config), &m), 0);
+        probe_start();
         ck_assert_int_eq(manager_start(m), 0);
 
         /* No broker yet: nothing served. */
@@ -459,6 +482,8 @@ START_TEST(test_follow_and_forward) {
         sd_bus_slot_unref(vslot);
         broker.held = sd_bus_message_unref(broker.held);
         fake = sd_bus_flush_close_unref(fake);
+        probe_bus = sd_bus_flush_close_unref(probe_bus);
+        kdir = kubelet_dir_free(kdir);
         event = sd_event_unref(event);
         bus_daemon_stop();
         ck_assert_int_eq(rmdir(dir), 0);

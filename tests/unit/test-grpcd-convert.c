@@ -17,6 +17,7 @@
 #include <systemd/sd-bus.h>
 
 #include "common/bus-names.h"
+#include "common/resource-name.h"
 #include "common/util.h"
 #include "daemons/grpc/convert.h"
 #include "daemons/grpc/registration.h"
@@ -59,26 +60,26 @@ static void seal(sd_bus_message *m) {
 START_TEST(test_socket_name) {
         _cleanup_free_ char *s = NULL;
 
-        ck_assert_int_eq(grpcd_socket_name("gpu.intel.com/i915", &s), 0);
+        ck_assert_int_eq(resource_socket_name("gpu.intel.com/i915", &s), 0);
         ck_assert_str_eq(s, "kgpu-gpu.intel.com-i915.sock");
         free(s);
         s = NULL;
-        ck_assert_int_eq(grpcd_socket_name("nvidia.com/mig-1g.10gb", &s), 0);
+        ck_assert_int_eq(resource_socket_name("nvidia.com/mig-1g.10gb", &s), 0);
         ck_assert_str_eq(s, "kgpu-nvidia.com-mig-1g.10gb.sock");
 
-        ck_assert(grpcd_resource_name_valid("gpu.intel.com/xe"));
-        ck_assert(!grpcd_resource_name_valid(NULL));
-        ck_assert(!grpcd_resource_name_valid(""));
-        ck_assert(!grpcd_resource_name_valid("noslash"));
-        ck_assert(!grpcd_resource_name_valid("a/b/c"));
-        ck_assert(!grpcd_resource_name_valid("/abs"));
-        ck_assert(!grpcd_resource_name_valid("trailing/"));
-        ck_assert(!grpcd_resource_name_valid("../x"));
-        ck_assert(!grpcd_resource_name_valid("x/.."));
-        ck_assert(!grpcd_resource_name_valid("x/-y"));
-        ck_assert(!grpcd_resource_name_valid("a b/c"));
-        ck_assert(!grpcd_resource_name_valid("a/c\n"));
-        ck_assert_int_eq(grpcd_socket_name("../../etc/x", &s), -EINVAL);
+        ck_assert(resource_name_valid("gpu.intel.com/xe"));
+        ck_assert(!resource_name_valid(NULL));
+        ck_assert(!resource_name_valid(""));
+        ck_assert(!resource_name_valid("noslash"));
+        ck_assert(!resource_name_valid("a/b/c"));
+        ck_assert(!resource_name_valid("/abs"));
+        ck_assert(!resource_name_valid("trailing/"));
+        ck_assert(!resource_name_valid("../x"));
+        ck_assert(!resource_name_valid("x/.."));
+        ck_assert(!resource_name_valid("x/-y"));
+        ck_assert(!resource_name_valid("a b/c"));
+        ck_assert(!resource_name_valid("a/c\n"));
+        ck_assert_int_eq(resource_socket_name("../../etc/x", &s), -EINVAL);
         /* s untouched on failure */
         ck_assert_str_eq(s, "kgpu-nvidia.com-mig-1g.10gb.sock");
 
@@ -86,7 +87,7 @@ START_TEST(test_socket_name) {
         memset(longname, 'a', sizeof(longname) - 1);
         longname[sizeof(longname) - 1] = 0;
         longname[10] = '/';
-        ck_assert(!grpcd_resource_name_valid(longname));
+        ck_assert(!resource_name_valid(longname));
 }
 END_TEST
 

@@ -599,7 +599,7 @@ START_TEST(test_configure_invalid) {
         unsetenv("GPU_MEMORY_OVERRIDE");
         ck_assert_int_eq(manager_new(&m), 0);
         ck_assert_int_eq(manager_configure(m, c, &key), -EINVAL);
-        ck_assert_str_eq(key, "intel.memoryOverride (GPU_MEMORY_OVERRIDE)");
+        ck_assert_str_eq(key, "intel.memoryOverride (GPU_MEMORY_OVERRIDE): expected a byte count");
 }
 END_TEST
 
