@@ -106,7 +106,7 @@ static const ConfigOption options[] = {
           OFF(reconcile_interval_sec), "30", 0, 86400, "seconds between PodResources reconciliations (0: only at start)" },
         { "broker.reconcileGraceSec", { "KGPU_RECONCILE_GRACE_SEC" }, "reconcile-grace-sec", OPTION_UINT32,
           OFF(reconcile_grace_sec), "60", 0, 86400,
-          "allocations younger than this survive a reconciliation that does not report them" },
+          "allocations never reported by PodResources and younger than this survive a reconciliation" },
         { "kubelet.registerTimeoutMs", { "KGPU_REGISTER_TIMEOUT_MS" }, "register-timeout-ms", OPTION_UINT32,
           OFF(register_timeout_ms), "5000", 10, 600000, "deadline of one Register call" },
         { "grpc.user", { "KGPU_GRPC_USER" }, "grpc-user", OPTION_STRING, OFF(grpc_user), "kgpu", 0, 0,

@@ -531,7 +531,7 @@ static int method_pre_start_container(sd_bus_message *msg, void *userdata, sd_bu
 }
 
 static int append_allocation(uint64_t id, const char *resource, char * const *device_ids,
-                             uint64_t created_usec, const char *boot_id, void *userdata) {
+                             uint64_t created_usec, const char *boot_id, bool seen, void *userdata) {
         sd_bus_message *reply = userdata;
         int r;
 

@@ -148,10 +148,15 @@ int reconcile_plan(const ReconcileAllocation *allocs, size_t n_allocs,
                                 .pod_name = holder->pod_name,
                                 .container_name = holder->container_name,
                         };
-                else if (this_boot && a->created_usec + grace_usec > now_usec)
+                else if (!a->seen && this_boot && a->created_usec + grace_usec > now_usec)
                         p.n_young++;
-                else
+                else {
+                        /* Seen and no longer reported: its container is gone, the grace
+                         * (for containers not created yet) does not apply. */
+                        if (a->seen)
+                                p.n_gone++;
                         p.release[p.n_release++] = a->id;
+                }
         }
 
         *ret = p;
@@ -167,7 +172,7 @@ typedef struct Collect {
 /* Borrows the store's strings: they stay valid until the store changes, which happens
  * only in store_reconcile() below, after the plan is made. */
 static int collect_allocation(uint64_t id, const char *resource, char * const *device_ids,
-                              uint64_t created_usec, const char *boot_id, void *userdata) {
+                              uint64_t created_usec, const char *boot_id, bool seen, void *userdata) {
         Collect *c = userdata;
 
         if (array_reserve((void **) &c->a, &c->allocated, c->n + 1, sizeof(ReconcileAllocation)) < 0)
@@ -178,6 +183,7 @@ static int collect_allocation(uint64_t id, const char *resource, char * const *d
                 .resource = resource,
                 .boot_id = boot_id ?: "",
                 .device_ids = device_ids,
+                .seen = seen,
         };
         return 0;
 }
@@ -224,7 +230,9 @@ int reconcile_run(Manager *m, const LiveContainer *live, size_t n_live, Reconcil
                 if (!ids || asprintf(&line, "Released allocation %" PRIu64 " (%s %s): no live container holds it%s.",
                                      x->id, x->resource, ids,
                                      !isempty(m->boot_id) && !streq(x->boot_id, m->boot_id) ?
-                                     " (made in another boot)" : "") < 0)
+                                     " (made in another boot)" :
+                                     x->seen ? " (PodResources reported it before, no longer)" :
+                                     " (never reported within broker.reconcileGraceSec)") < 0)
                         r = -ENOMEM;
                 else
                         r = strv_consume(&released, line);
@@ -236,8 +244,8 @@ int reconcile_run(Manager *m, const LiveContainer *live, size_t n_live, Reconcil
         for (char **l = released; l && *l; l++)
                 log_info("%s", *l);
 
-        log_debug("Reconciled %zu live container(s): %zu held, %zu young, %zu released.",
-                  n_live, p.n_holders, p.n_young, p.n_release);
+        log_debug("Reconciled %zu live container(s): %zu held, %zu young, %zu released (%zu of them gone "
+                  "since they were reported).", n_live, p.n_holders, p.n_young, p.n_release, p.n_gone);
         if (ret_plan) {
                 *ret_plan = p;
                 p = (ReconcilePlan) {};

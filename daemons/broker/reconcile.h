@@ -8,13 +8,17 @@
  *  - an allocation is HELD when one of its (resource, device id) pairs is reported and
  *    not claimed by a newer allocation (the kubelet hands a device id to a new container
  *    only after the old one is gone, so the newest allocation of an id is the live one);
- *    its holder (namespace/pod/container) is recorded;
- *  - an unheld allocation of this boot younger than the grace period is KEPT: the
- *    kubelet reports a container only once it has been created, a moment after Allocate;
- *  - every other allocation is RELEASED (deleted), in particular any allocation made
- *    in another boot that the kubelet does not report.
- * After a reconcile the store holds exactly the live allocations plus the young ones,
- * so "stored allocations of a device" is "live holders" for the sharing limit.
+ *    its holder (namespace/pod/container) is recorded, which also marks it SEEN (in the
+ *    database, so that this survives a restart of the broker);
+ *  - an unheld allocation that was never seen, of this boot and younger than the grace
+ *    period is KEPT: the kubelet calls Allocate before the container exists and reports
+ *    the container only once it has been created;
+ *  - every other allocation is RELEASED (deleted): in particular one that was seen and is
+ *    no longer reported (its container is gone: the first successful List that leaves it
+ *    out releases it, however young), and one made in another boot that the kubelet does
+ *    not report.
+ * After a reconcile the store holds exactly the live allocations plus the young unseen
+ * ones, so "stored allocations of a device" is "live holders" for the sharing limit.
  * Errors: -ENOMEM, store errors (nothing changed then). No logging above debug except
  * reconcile_run(), which logs each release at info.
  */
@@ -52,6 +56,7 @@ typedef struct ReconcileAllocation {
         char * const *device_ids;
         uint64_t created_usec;
         const char *boot_id;
+        bool seen;                      /* PodResources has reported it before */
 } ReconcileAllocation;
 
 typedef struct ReconcilePlan {
@@ -59,7 +64,8 @@ typedef struct ReconcilePlan {
         size_t n_release;
         StoreHolder *holders;           /* strings borrowed from the LiveContainer array */
         size_t n_holders;
-        size_t n_young;                 /* kept, unreported, within the grace period */
+        size_t n_young;                 /* kept: never reported, within the grace period */
+        size_t n_gone;                  /* of release: seen before, no longer reported */
 } ReconcilePlan;
 
 void reconcile_plan_done(ReconcilePlan *p);

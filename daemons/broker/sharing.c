@@ -228,7 +228,7 @@ typedef struct Collected {
 
 /* Borrows the store's strings: nothing changes the store during the check. */
 static int collect_one(uint64_t id, const char *resource, char * const *device_ids,
-                       uint64_t created_usec, const char *boot_id, void *userdata) {
+                       uint64_t created_usec, const char *boot_id, bool seen, void *userdata) {
         Collected *c = userdata;
 
         if (array_reserve((void **) &c->records, &c->allocated, c->n + 1, sizeof(SharingRecord)) < 0)

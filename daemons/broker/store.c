@@ -82,7 +82,11 @@ static const char schema_v1[] =
 /* Schema v2: which live container holds each allocation, as the kubelet's PodResources
  * reported it (reconciliation); "" and 0 until seen. seen_usec is when that holder was
  * first reported: a reconciliation writes only holders that changed, so that one that
- * changes nothing commits nothing (no fsync before every shared Allocate). */
+ * changes nothing commits nothing (no fsync before every shared Allocate). A non-empty
+ * pod_name is also the durable "PodResources has reported it" fact: such an allocation
+ * gets no grace period once it is no longer reported (reconcile.h). The holder is written
+ * in the same transaction as the releases of its reconciliation and never set back to
+ * "", so no column of its own is needed. */
 static const char schema_v2[] =
         "ALTER TABLE allocations ADD COLUMN pod_namespace TEXT NOT NULL DEFAULT '';"
         "ALTER TABLE allocations ADD COLUMN pod_name TEXT NOT NULL DEFAULT '';"
@@ -125,8 +129,8 @@ typedef struct StoreRow {
         const char *resource;   /* Store.names; NULL: an emptied row (rows_release()) */
         const char *boot_id;    /* Store.names */
         char **device_ids;      /* strv_pack() once complete: one allocation */
-        char *pod_namespace;    /* NULL: "" (not seen yet) */
-        char *pod_name;
+        char *pod_namespace;    /* NULL: "" */
+        char *pod_name;         /* NULL: "" (not seen yet: PodResources never reported it) */
         char *container_name;
 } StoreRow;
 
@@ -805,7 +809,8 @@ int store_foreach_allocation(Store *s, size_t max, StoreAllocationFunc cb, void 
         for (size_t i = first; i < s->n_rows; i++) {
                 const StoreRow *row = &s->rows[i];
 
-                r = cb(row->id, row->resource, row->device_ids, row->created_usec, row->boot_id, userdata);
+                r = cb(row->id, row->resource, row->device_ids, row->created_usec, row->boot_id,
+                       row->pod_name != NULL, userdata);
                 if (r < 0)
                         return r;
         }

@@ -58,9 +58,11 @@ int store_allocate(Store *s, const char *resource, char ** const *requests, size
 
 /* Calls cb for each of the newest max allocations (0: all) in id order, oldest first.
  * Rows that failed validation at open are not there. cb must not change the store. A
- * negative return of cb stops and is returned. Returns the number visited. */
+ * negative return of cb stops and is returned. Returns the number visited. seen: a
+ * holder has been recorded for it (store_reconcile()), i.e. the kubelet's PodResources
+ * has reported it at least once; it is read back from the file, so it survives a restart. */
 typedef int (*StoreAllocationFunc)(uint64_t id, const char *resource, char * const *device_ids,
-                                   uint64_t created_usec, const char *boot_id, void *userdata);
+                                   uint64_t created_usec, const char *boot_id, bool seen, void *userdata);
 int store_foreach_allocation(Store *s, size_t max, StoreAllocationFunc cb, void *userdata);
 
 /* The holder index of the committed allocations (holders.h), owned by the store and
@@ -83,7 +85,9 @@ typedef struct StoreHolder {
 } StoreHolder;
 
 /* Deletes the allocations release[] and records holders[] (seen at seen_usec), all in
- * one transaction; unknown ids are ignored. */
+ * one transaction; unknown ids are ignored. A holder's pod_name must not be empty: a
+ * recorded holder is what makes an allocation "seen" (see StoreAllocationFunc), and it
+ * stays seen until it is deleted. */
 int store_reconcile(Store *s, const uint64_t *release, size_t n_release,
                     const StoreHolder *holders, size_t n_holders, uint64_t seen_usec);
 /* The holder last recorded for allocation id ("" strings if never seen); -ENOENT if the

@@ -618,6 +618,22 @@ class Node:
                                                           r.stderr.decode(errors='replace').strip()))
         return json.loads(r.stdout) if json_out else r.stdout.decode()
 
+    def call_as(self, user, dest, path, iface, method, sig='', args=(), timeout=30):
+        """One method call on the node's bus made by `user` (setpriv and
+        dbus_call_as.py); returns ('ok', [str(value), ...]) or ('error', name, message).
+        Other users cannot read a checkout in a 0700 home directory (/root, a private
+        $HOME), so the helper runs from a copy in the node's directory (0755)."""
+        helper = os.path.join(self.tmp, 'dbus_call_as.py')
+        if not os.path.exists(helper):
+            shutil.copyfile(os.path.join(_HERE, 'dbus_call_as.py'), helper)
+            os.chmod(helper, 0o644)
+        req = json.dumps([self.bus_address, dest, path, iface, method, sig, list(args)])
+        argv = ['setpriv', '--reuid=' + user, '--regid=' + _group_of(user), '--clear-groups',
+                sys.executable, '-I', helper, req]
+        r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, cwd=self.tmp)
+        check(r.returncode == 0, 'helper as %s failed: %s' % (user, r.stderr.decode(errors='replace')))
+        return tuple(json.loads(r.stdout))
+
     def name_has_owner(self, name):
         r = self.busctl('call', 'org.freedesktop.DBus', '/org/freedesktop/DBus',
                         'org.freedesktop.DBus', 'NameHasOwner', 's', name)

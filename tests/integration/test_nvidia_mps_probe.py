@@ -30,7 +30,6 @@ import json
 import os
 import stat
 import subprocess
-import sys
 import time
 
 import dbus
@@ -64,15 +63,10 @@ def call(address, method, sig='', args=(), timeout=20):
 
 
 def call_as(node, user, method, sig='', args=()):
-    """The same call from another uid (setpriv + this file's --call mode)."""
+    """The same call from another uid (harness.Node.call_as: setpriv + dbus_call_as.py)."""
     if user is None:
         return call(node.bus_address, method, sig, args)
-    req = json.dumps([node.bus_address, method, sig, list(args)])
-    argv = ['setpriv', '--reuid=' + user, '--regid=' + harness._group_of(user), '--clear-groups',
-            sys.executable, os.path.abspath(__file__), '--call', req]
-    r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
-    check(r.returncode == 0, 'helper as %s failed: %s' % (user, r.stderr.decode(errors='replace')))
-    return tuple(json.loads(r.stdout))
+    return node.call_as(user, PROBE[0], PROBE[1], PROBE[2], method, sig, args)
 
 
 def set_mps(node, enabled, pinned, pct, user=None, gpu=L40S):
@@ -348,9 +342,5 @@ def run(node):
 
 
 if __name__ == '__main__':
-    if len(sys.argv) == 3 and sys.argv[1] == '--call':
-        address, method, sig, args = json.loads(sys.argv[2])
-        print(json.dumps(call(address, method, sig, args)))
-        sys.exit(0)
     harness.run_test(run, need_root=True, broker=False, kubelet=False, nvidia_scenario='l40s', resources=[],
                      config_extra=CONFIG)

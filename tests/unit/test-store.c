@@ -108,7 +108,7 @@ typedef struct Seen {
 } Seen;
 
 static int collect(uint64_t id, const char *resource, char * const *device_ids, uint64_t created_usec,
-                   const char *boot_id, void *userdata) {
+                   const char *boot_id, bool seen, void *userdata) {
         Seen *s = userdata;
         _cleanup_free_ char *j = strv_join((char **) device_ids, ",");
 
@@ -436,7 +436,7 @@ START_TEST(test_store_killed_before_commit) {
 END_TEST
 
 static int check_whole(uint64_t id, const char *resource, char * const *device_ids, uint64_t created_usec,
-                       const char *boot_id, void *userdata) {
+                       const char *boot_id, bool seen, void *userdata) {
         size_t *n = userdata;
 
         /* Every allocation was written with exactly three devices. */

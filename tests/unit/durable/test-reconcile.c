@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* test-reconcile.c — which allocations a reconciliation keeps and releases, how the store
- * applies it (one transaction, migration from schema v1), and the saved GPU inventory. */
+ * applies it (one transaction, migration from schemas v1 and v2, the "reported before" fact
+ * across a restart), and the saved GPU inventory. */
 
 #include <check.h>
 #include <errno.h>
@@ -32,6 +33,14 @@ static ReconcileAllocation A(uint64_t id, char **ids, uint64_t created, const ch
                 .id = id, .resource = (char *) "gpu.intel.com/i915", .device_ids = ids,
                 .created_usec = created, .boot_id = (char *) boot,
         };
+}
+
+/* The same, reported by PodResources before (a holder was recorded). */
+static ReconcileAllocation S(uint64_t id, char **ids, uint64_t created, const char *boot) {
+        ReconcileAllocation a = A(id, ids, created, boot);
+
+        a.seen = true;
+        return a;
 }
 
 static LiveContainer L(const char *resource, char **ids, const char *pod) {
@@ -118,6 +127,60 @@ START_TEST(test_plan_grace_edges) {
 }
 END_TEST
 
+/* The grace period is for allocations PodResources never reported: one it reported and
+ * no longer reports is released by that List, however young. */
+START_TEST(test_plan_seen_no_grace) {
+        ReconcileAllocation allocs[] = {
+                S(1, ids_a, NOW - 1 * SEC, "boot"),     /* reported before, not now: gone */
+                A(2, ids_b, NOW - 1 * SEC, "boot"),     /* never reported, young: kept */
+                S(3, ids_c, NOW - 1 * SEC, "boot"),     /* reported before and now: held */
+                S(4, ids_d, NOW - 1 * SEC, ""),         /* seen, no boot id recorded: gone */
+                S(5, ids_de, NOW - 2 * SEC, "boot"),    /* e went to 6, which is reported */
+                A(6, (char *[]) { (char *) "e", NULL }, NOW - 1 * SEC, "boot"),
+                A(7, (char *[]) { (char *) "f", NULL }, NOW - 600 * SEC, "boot"), /* old, never reported */
+        };
+        LiveContainer live[] = {
+                L("gpu.intel.com/i915", ids_c, "p3"),
+                L("gpu.intel.com/i915", (char *[]) { (char *) "e", NULL }, "p6"),
+        };
+        _cleanup_(reconcile_plan_done) ReconcilePlan p = {}, q = {}, u = {};
+
+        ck_assert_int_eq(reconcile_plan(allocs, ELEMENTSOF(allocs), live, ELEMENTSOF(live), "boot", NOW, GRACE, &p), 0);
+        ck_assert(released(&p, 1));
+        ck_assert(!released(&p, 2));
+        ck_assert_ptr_null(holder(&p, 2));
+        ck_assert_str_eq(holder(&p, 3), "p3");
+        ck_assert(released(&p, 4));
+        ck_assert(released(&p, 5));
+        ck_assert_str_eq(holder(&p, 6), "p6");
+        ck_assert(released(&p, 7));
+        ck_assert_uint_eq(p.n_release, 4);
+        ck_assert_uint_eq(p.n_gone, 3);
+        ck_assert_uint_eq(p.n_young, 1);
+        ck_assert_uint_eq(p.n_holders, 2);
+
+        /* Even with an unknown boot (everything counts as this boot's) and the longest
+         * grace the configuration allows. */
+        ck_assert_int_eq(reconcile_plan(allocs, ELEMENTSOF(allocs), live, ELEMENTSOF(live), "", NOW,
+                                        86400 * SEC, &q), 0);
+        ck_assert(released(&q, 1));
+        ck_assert(released(&q, 4));
+        ck_assert(released(&q, 5));
+        ck_assert(!released(&q, 2));
+        ck_assert(!released(&q, 7));
+        ck_assert_uint_eq(q.n_release, 3);
+
+        /* Without the seen flag the same allocations are young, and kept. */
+        for (size_t i = 0; i < ELEMENTSOF(allocs); i++)
+                allocs[i].seen = false;
+        ck_assert_int_eq(reconcile_plan(allocs, ELEMENTSOF(allocs), live, ELEMENTSOF(live), "boot", NOW, GRACE, &u), 0);
+        ck_assert_uint_eq(u.n_release, 2);
+        ck_assert(released(&u, 4));     /* another boot's (the plan knows "boot") */
+        ck_assert(released(&u, 7));
+        ck_assert_uint_eq(u.n_gone, 0);
+}
+END_TEST
+
 /* Many allocations, each reported once: every one held, none released. */
 START_TEST(test_plan_many) {
         enum { N = 5000 };
@@ -190,7 +253,7 @@ static void raw_exec(const char *sql) {
 }
 
 static int count_cb(uint64_t id, const char *resource, char * const *device_ids, uint64_t created_usec,
-                    const char *boot_id, void *userdata) {
+                    const char *boot_id, bool seen, void *userdata) {
         return 0;
 }
 
@@ -302,13 +365,135 @@ START_TEST(test_store_reconcile_writes_only_changes) {
 }
 END_TEST
 
+typedef struct Seen {
+        size_t n;
+        ReconcileAllocation a[8];
+        char *ids[8][2];                /* one device id each, NULL-terminated */
+} Seen;
+
+/* Copies (the plan below runs on a store that is freed in between). */
+static int seen_cb(uint64_t id, const char *resource, char * const *device_ids, uint64_t created_usec,
+                   const char *boot_id, bool seen, void *userdata) {
+        Seen *l = userdata;
+
+        ck_assert_uint_lt(l->n, ELEMENTSOF(l->a));
+        ck_assert_uint_eq(strv_length((char **) device_ids), 1);
+        l->ids[l->n][0] = strdup(device_ids[0]);
+        ck_assert_ptr_nonnull(l->ids[l->n][0]);
+        l->a[l->n] = (ReconcileAllocation) {
+                .id = id, .resource = "gpu.intel.com/i915", .created_usec = created_usec, .boot_id = "boot",
+                .seen = seen,
+        };
+        l->n++;
+        return 0;
+}
+
+static void seen_done(Seen *l) {
+        for (size_t i = 0; i < l->n; i++)
+                free(l->ids[i][0]);
+        *l = (Seen) {};
+}
+
+static bool seen_of(Store *s, uint64_t id) {
+        Seen l = {};
+        int found = -1;
+
+        ck_assert_int_ge(store_foreach_allocation(s, 0, seen_cb, &l), 0);
+        for (size_t i = 0; i < l.n; i++)
+                if (l.a[i].id == id)
+                        found = l.a[i].seen;
+        seen_done(&l);
+        ck_assert_int_ge(found, 0);
+        return found;
+}
+
+/* "Reported before" is the recorded holder: set only by a committed reconciliation, kept
+ * in the file, so a restarted broker releases a dropped allocation at once too. */
+START_TEST(test_store_seen_survives_restart) {
+        _cleanup_free_ char *err = NULL;
+        _cleanup_(store_freep) Store *s = NULL;
+        _cleanup_(reconcile_plan_done) ReconcilePlan p = {};
+        char **req[2] = { ids_a, ids_b };
+        uint64_t ids[2];
+        StoreHolder set = { .pod_namespace = (char *) "ns", .pod_name = (char *) "p1", .container_name = (char *) "" };
+        Seen l = {};
+
+        ck_assert_int_eq(store_open(dir, "boot", &s, &err), 0);
+        ck_assert_int_eq(store_allocate(s, "gpu.intel.com/i915", req, 2, NOW, ids), 0);
+        ck_assert(!seen_of(s, ids[0]));
+        ck_assert(!seen_of(s, ids[1]));
+
+        /* A reconciliation that did not commit sees nothing. */
+        set.id = ids[0];
+        store_set_before_commit(s, fail_commit, NULL);
+        ck_assert_int_eq(store_reconcile(s, NULL, 0, &set, 1, NOW + 1), -EIO);
+        store_set_before_commit(s, NULL, NULL);
+        ck_assert(!seen_of(s, ids[0]));
+
+        ck_assert_int_eq(store_reconcile(s, NULL, 0, &set, 1, NOW + 1), 0);
+        ck_assert(seen_of(s, ids[0]));
+        ck_assert(!seen_of(s, ids[1]));
+
+        /* A restart. Both are young; the one reported before is released by a List that
+         * no longer reports it, the other is kept. */
+        s = store_free(s);
+        ck_assert_int_eq(store_open(dir, "boot", &s, &err), 0);
+        ck_assert(seen_of(s, ids[0]));
+        ck_assert(!seen_of(s, ids[1]));
+        ck_assert_int_eq(store_foreach_allocation(s, 0, seen_cb, &l), 2);
+        for (size_t i = 0; i < l.n; i++)
+                l.a[i].device_ids = l.ids[i];
+        ck_assert_int_eq(reconcile_plan(l.a, l.n, NULL, 0, "boot", NOW + 2 * SEC, GRACE, &p), 0);
+        ck_assert_uint_eq(p.n_release, 1);
+        ck_assert_uint_eq(p.release[0], ids[0]);
+        ck_assert_uint_eq(p.n_young, 1);
+        ck_assert_int_eq(store_reconcile(s, p.release, p.n_release, NULL, 0, NOW + 2 * SEC), 0);
+        seen_done(&l);
+        s = store_free(s);
+        ck_assert_int_eq(raw_int("SELECT count(*) FROM allocations"), 1);
+        ck_assert_int_eq(raw_int("SELECT id FROM allocations"), (int64_t) ids[1]);
+}
+END_TEST
+
+/* A holder written by a schema-2 broker counts as seen after the migration; an
+ * allocation without one does not. */
+START_TEST(test_store_migrates_v2_seen) {
+        _cleanup_free_ char *err = NULL;
+        _cleanup_(store_freep) Store *s = NULL;
+
+        raw_exec("CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);"
+                 "CREATE TABLE allocations (id INTEGER PRIMARY KEY AUTOINCREMENT, resource TEXT NOT NULL,"
+                 "  created_usec INTEGER NOT NULL, boot_id TEXT NOT NULL);"
+                 "CREATE TABLE allocation_devices (allocation_id INTEGER NOT NULL REFERENCES allocations (id)"
+                 "  ON DELETE CASCADE, device_id TEXT NOT NULL, UNIQUE (allocation_id, device_id));"
+                 "CREATE INDEX allocation_devices_device ON allocation_devices (device_id);"
+                 "ALTER TABLE allocations ADD COLUMN pod_namespace TEXT NOT NULL DEFAULT '';"
+                 "ALTER TABLE allocations ADD COLUMN pod_name TEXT NOT NULL DEFAULT '';"
+                 "ALTER TABLE allocations ADD COLUMN container_name TEXT NOT NULL DEFAULT '';"
+                 "ALTER TABLE allocations ADD COLUMN seen_usec INTEGER NOT NULL DEFAULT 0;"
+                 "INSERT INTO meta VALUES ('boot_id', 'boot');"
+                 "INSERT INTO allocations (resource, created_usec, boot_id, pod_namespace, pod_name, seen_usec)"
+                 "  VALUES ('gpu.intel.com/i915', 5, 'boot', 'ns', 'p1', 6);"
+                 "INSERT INTO allocations (resource, created_usec, boot_id) VALUES ('gpu.intel.com/i915', 5, 'boot');"
+                 "INSERT INTO allocation_devices VALUES (1, 'a');"
+                 "INSERT INTO allocation_devices VALUES (2, 'b');"
+                 "PRAGMA user_version = 2;");
+
+        ck_assert_int_eq(store_open(dir, "boot", &s, &err), 0);
+        ck_assert(seen_of(s, 1));
+        ck_assert(!seen_of(s, 2));
+        s = store_free(s);
+        ck_assert_int_eq(raw_int("PRAGMA user_version"), STORE_SCHEMA_VERSION);
+}
+END_TEST
+
 typedef struct Dump {
         char text[65536];
         size_t len;
 } Dump;
 
 static int dump_cb(uint64_t id, const char *resource, char * const *device_ids, uint64_t created_usec,
-                   const char *boot_id, void *userdata) {
+                   const char *boot_id, bool seen, void *userdata) {
         Dump *d = userdata;
         _cleanup_free_ char *ids = strv_join(device_ids, ",");
         int n;
@@ -413,6 +598,7 @@ START_TEST(test_store_migrates_v1) {
         ck_assert_int_eq(store_open(dir, "boot", &s, &err), 0);
         ck_assert_str_eq(store_get_previous_boot_id(s), "old");
         ck_assert_int_eq(store_foreach_allocation(s, 0, count_cb, NULL), 1);
+        ck_assert(!seen_of(s, 1));
         ck_assert_int_eq(store_get_holder(s, 1, &h, NULL), 0);
         ck_assert_str_eq(h.pod_name, "");
         store_holder_done(&h);
@@ -484,6 +670,7 @@ static Suite *reconcile_suite(void) {
 
         tcase_add_test(tc, test_plan_rules);
         tcase_add_test(tc, test_plan_grace_edges);
+        tcase_add_test(tc, test_plan_seen_no_grace);
         tcase_add_test(tc, test_plan_many);
         suite_add_tcase(s, tc);
 
@@ -491,6 +678,8 @@ static Suite *reconcile_suite(void) {
         tcase_add_checked_fixture(tc, setup, teardown);
         tcase_add_test(tc, test_store_reconcile);
         tcase_add_test(tc, test_store_migrates_v1);
+        tcase_add_test(tc, test_store_migrates_v2_seen);
+        tcase_add_test(tc, test_store_seen_survives_restart);
         tcase_add_test(tc, test_store_reconcile_writes_only_changes);
         tcase_add_test(tc, test_store_copy_follows_commits);
         tcase_add_test(tc, test_store_inventory);
