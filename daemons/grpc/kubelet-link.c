@@ -308,7 +308,6 @@ void kubelet_link_stop(Manager *m) {
         m->probe_owner_slot = sd_bus_slot_unref(m->probe_owner_slot);
         m->probe_props_slot = sd_bus_slot_unref(m->probe_props_slot);
         m->probe_get_slot = sd_bus_slot_unref(m->probe_get_slot);
-        m->kubelet_probe_slot = sd_bus_slot_unref(m->kubelet_probe_slot);
         plugin_sockets_clear(m);
 }
 

@@ -3,11 +3,11 @@
  * manager.c — kgpu-grpcd's Manager: bus, plugins and what the probe says of the kubelet.
  *
  * Contract: see manager.h. Kubelet restarts are seen by the probe (inotify on the
- * device-plugins directory, no polling) and reach us as a new KubeletInode: we wait
- * until the kubelet accepts a connection (short retry timer, each try a ConnectKubelet
- * through the probe), put back any of our sockets that were deleted and register every
- * listening resource again. One of our sockets deleted while the kubelet stays (gone
- * from PluginSockets) is made again and registered again.
+ * device-plugins directory, no polling) and reach us as a new KubeletInode: we put back
+ * at once every socket of ours the kubelet deleted (it deletes them before it listens)
+ * and register every listening resource again; a kubelet that does not accept yet is
+ * tried again quickly (registration.c). One of our sockets deleted while the kubelet
+ * stays (gone from PluginSockets) is made again and registered again.
  */
 
 #include <errno.h>
@@ -26,13 +26,6 @@
 #include "daemons/grpc/manager.h"
 #include "daemons/grpc/plugin.h"
 #include "daemons/grpc/registration.h"
-
-/* The kubelet binds its socket before it listens: inotify shows the file, connect()
- * tells when it accepts. Retry quickly for a while, then slowly (a stale socket file). */
-#define KUBELET_PROBE_DELAY_MIN_USEC (1 * 1000ULL)
-#define KUBELET_PROBE_DELAY_FAST_USEC (10 * 1000ULL)
-#define KUBELET_PROBE_FAST_PERIOD_USEC (10 * 1000 * 1000ULL)
-#define KUBELET_PROBE_DELAY_SLOW_USEC (1000 * 1000ULL)
 
 int manager_new(sd_event *event, Config *config, Manager **ret) {
         Manager *m;
@@ -61,7 +54,6 @@ Manager *manager_free(Manager *m) {
         if (!m)
                 return NULL;
 
-        m->kubelet_probe_source = sd_event_source_disable_unref(m->kubelet_probe_source);
 
         /* Pending registrations and bus calls first, then the bus (its floating slots
          * release forwarded gRPC calls), then the servers and their sockets. */
@@ -184,79 +176,17 @@ static void manager_restore_plugins(Manager *m, bool all_register) {
         }
 }
 
-static int on_kubelet_probe(sd_event_source *s, uint64_t usec, void *userdata);
-
-static void manager_kubelet_probe_retry(Manager *m) {
-        int r;
-
-        if (now_usec(CLOCK_MONOTONIC) - m->kubelet_appeared_usec > KUBELET_PROBE_FAST_PERIOD_USEC)
-                m->kubelet_probe_delay_usec = KUBELET_PROBE_DELAY_SLOW_USEC;
-        else
-                m->kubelet_probe_delay_usec = m->kubelet_probe_delay_usec == 0 ? KUBELET_PROBE_DELAY_MIN_USEC :
-                        MIN(m->kubelet_probe_delay_usec * 2, KUBELET_PROBE_DELAY_FAST_USEC);
-        m->kubelet_probe_source = sd_event_source_disable_unref(m->kubelet_probe_source);
-        r = sd_event_add_time_relative(m->event, &m->kubelet_probe_source, CLOCK_MONOTONIC,
-                                       m->kubelet_probe_delay_usec, 1 /* usec, not the 250 ms default */,
-                                       on_kubelet_probe, m);
-        if (r < 0)
-                log_error_errno(r, "Failed to schedule a kubelet socket check: %m");
-}
-
-static void on_kubelet_probe_connected(int fd, const char *message, void *userdata) {
-        Manager *m = userdata;
-
-        m->kubelet_probe_slot = sd_bus_slot_unref(m->kubelet_probe_slot);
-        if (fd >= 0) {
-                safe_close(fd);
-                log_info("Kubelet socket %s accepts connections; registering %zu resource(s).",
-                         m->registration_socket ?: "", m->n_plugins);
-                manager_restore_plugins(m, true);
-                return;
-        }
-        if (!manager_kubelet_present(m) || fd == -EHOSTDOWN)
-                return; /* gone again, or no probe: its return brings us back */
-        if (fd != -ECONNREFUSED) {
-                _cleanup_free_ char *what = NULL;
-
-                if (asprintf(&what, "Connecting to the kubelet at %s", m->registration_socket ?: "") >= 0)
-                        kubelet_link_log_failure(m, what, message);
-        }
-        manager_kubelet_probe_retry(m);
-}
-
-static void manager_kubelet_probe(Manager *m) {
-        int r;
-
-        m->kubelet_probe_source = sd_event_source_disable_unref(m->kubelet_probe_source);
-        m->kubelet_probe_slot = sd_bus_slot_unref(m->kubelet_probe_slot);
-        if (!manager_kubelet_present(m) || !m->probe_present)
-                return;
-        r = kubelet_link_connect(m, KUBELET_LINK_REGISTRATION, on_kubelet_probe_connected, m,
-                                 &m->kubelet_probe_slot);
-        if (r < 0) {
-                log_warning_errno(r, "Failed to ask kgpu-probed for the kubelet socket: %m");
-                manager_kubelet_probe_retry(m);
-        }
-}
-
-static int on_kubelet_probe(sd_event_source *s, uint64_t usec, void *userdata) {
-        manager_kubelet_probe(userdata);
-        return 0;
-}
-
 static void manager_kubelet_appeared(Manager *m) {
-        log_info("Kubelet socket %s appeared.", m->registration_socket ?: "");
+        log_info("Kubelet socket %s appeared; registering %zu resource(s).", m->registration_socket ?: "",
+                 m->n_plugins);
         m->kubelet_appeared_usec = now_usec(CLOCK_MONOTONIC);
-        m->kubelet_probe_delay_usec = 0;
-        manager_kubelet_probe(m);
+        manager_restore_plugins(m, true);
 }
 
 static void manager_kubelet_gone(Manager *m) {
         log_struct(LOG_NOTICE, KGPU_MESSAGE_KUBELET_GONE,
                    "Kubelet socket %s was removed; waiting for the kubelet to come back.",
                    m->registration_socket ?: "");
-        m->kubelet_probe_source = sd_event_source_disable_unref(m->kubelet_probe_source);
-        m->kubelet_probe_slot = sd_bus_slot_unref(m->kubelet_probe_slot);
         for (size_t i = 0; i < m->n_plugins; i++)
                 registration_cancel(m->plugins[i]);
         manager_update_status(m);
@@ -266,13 +196,16 @@ void manager_kubelet_update(Manager *m, uint64_t old_inode) {
         if (m->kubelet_inode != old_inode) {
                 if (old_inode != 0)
                         manager_kubelet_gone(m);
-                if (m->kubelet_inode != 0)
+                if (m->kubelet_inode != 0) {
                         manager_kubelet_appeared(m);
-                return;
+                        return;
+                }
         }
-        /* The same kubelet: put back what was removed, register what is not registered
-         * (after the probe came back, say). Not while it is being waited for. */
-        if (manager_kubelet_present(m) && !m->kubelet_probe_source && !m->kubelet_probe_slot)
+        /* Put back what was removed and register what is not registered (after the probe
+         * came back, say). Also while the kubelet's socket is absent from a directory that
+         * exists: a starting kubelet removes every plugin socket before it listens, so
+         * ours are back by the time it does and only registering remains then. */
+        if (manager_kubelet_present(m) || streq_ptr(m->kubelet_state, "absent"))
                 manager_restore_plugins(m, false);
 }
 

@@ -64,10 +64,6 @@ typedef struct Manager {
         char *last_failure;             /* rate limit of kubelet_link_log_failure() */
         uint64_t last_failure_usec;
 
-        /* Waiting for a (re)started kubelet to accept connections. */
-        sd_bus_slot *kubelet_probe_slot;       /* ConnectKubelet in flight */
-        sd_event_source *kubelet_probe_source; /* retry timer: kubelet socket not accepting yet */
-        uint64_t kubelet_probe_delay_usec;
         uint64_t kubelet_appeared_usec; /* CLOCK_MONOTONIC when kubelet.sock appeared */
 
         /* Reconciliation with the kubelet's PodResources (podresources.c). */

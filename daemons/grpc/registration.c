@@ -43,6 +43,11 @@ void registration_cancel(Plugin *p) {
 }
 
 static int registration_attempt(Plugin *p);
+static int registration_schedule(Plugin *p, bool fast);
+
+static int registration_schedule_retry(Plugin *p) {
+        return registration_schedule(p, false);
+}
 
 static int on_register_timer(sd_event_source *s, uint64_t usec, void *userdata) {
         Plugin *p = userdata;
@@ -52,14 +57,20 @@ static int on_register_timer(sd_event_source *s, uint64_t usec, void *userdata) 
         return 0;
 }
 
-static int registration_schedule_retry(Plugin *p) {
+/* fast: the kubelet appeared moments ago and does not accept yet (it binds its socket
+ * before it listens): 1 ms doubling to 10 ms, instead of the failure backoff. */
+static int registration_schedule(Plugin *p, bool fast) {
         Manager *m = p->manager;
         int r;
 
-        p->register_backoff_usec = registration_next_backoff(p->register_backoff_usec);
+        if (fast)
+                p->register_backoff_usec = p->register_backoff_usec == 0 ? REGISTRATION_FAST_MIN_USEC :
+                        MIN(p->register_backoff_usec * 2, REGISTRATION_FAST_MAX_USEC);
+        else
+                p->register_backoff_usec = registration_next_backoff(p->register_backoff_usec);
         p->register_timer = sd_event_source_disable_unref(p->register_timer);
         r = sd_event_add_time_relative(m->event, &p->register_timer, CLOCK_MONOTONIC,
-                                       p->register_backoff_usec, 1000 /* not the 250 ms default */,
+                                       p->register_backoff_usec, fast ? 1 : 1000 /* not the 250 ms default */,
                                        on_register_timer, p);
         if (r < 0)
                 return log_error_errno(r, "%s: failed to schedule another registration attempt: %m",
@@ -74,8 +85,9 @@ static void registration_failed(Plugin *p, GrpcStatus status, const char *messag
         _cleanup_free_ char *what = NULL, *why = NULL;
 
         p->register_failures++;
-        if (asprintf(&what, "Registering %s with the kubelet at %s (attempt %u)", p->resource,
-                     m->registration_socket ?: "", p->register_failures) < 0 ||
+        /* No attempt count in the text: the same reason is logged at warning once a minute. */
+        if (asprintf(&what, "Registering %s with the kubelet at %s", p->resource,
+                     m->registration_socket ?: "") < 0 ||
             asprintf(&why, "%s%s%s", grpc_status_to_string(status), message ? ": " : "", message ?: "") < 0)
                 log_oom();
         else
@@ -125,6 +137,13 @@ static void on_register_connected(int fd, const char *message, void *userdata) {
         if (fd < 0) {
                 if (fd == -EHOSTDOWN)
                         return; /* the probe's return registers us */
+                if (fd == -ECONNREFUSED && manager_kubelet_present(m) &&
+                    now_usec(CLOCK_MONOTONIC) - m->kubelet_appeared_usec < REGISTRATION_FAST_PERIOD_USEC) {
+                        log_debug("%s: the kubelet does not accept yet (%s), trying again.", p->resource,
+                                  message ?: "");
+                        (void) registration_schedule(p, true);
+                        return;
+                }
                 registration_failed(p, GRPC_STATUS_UNAVAILABLE, message);
                 return;
         }

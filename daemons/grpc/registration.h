@@ -7,7 +7,8 @@
  * connected to the kubelet (kubelet-link.c) and sends Register on it; nothing is tried
  * while the kubelet is absent, the probe is away or the plugin has no socket yet (their
  * return starts it again). A failed attempt is retried with exponential
- * backoff (100 ms doubling to 5 s) until it succeeds or registration_cancel() is called.
+ * backoff (100 ms doubling to 5 s) until it succeeds or registration_cancel() is called;
+ * right after the kubelet appeared, a kubelet not accepting yet is tried again quickly.
  * Each attempt has a deadline of Config.register_timeout_ms. Success is logged with
  * KGPU_MESSAGE_REGISTERED and updates the manager's STATUS.
  */
@@ -19,6 +20,11 @@
 
 #define REGISTRATION_BACKOFF_MIN_USEC (100 * 1000ULL)
 #define REGISTRATION_BACKOFF_MAX_USEC (5 * 1000 * 1000ULL)
+/* For REGISTRATION_FAST_PERIOD_USEC after the kubelet's socket appeared, a kubelet that
+ * does not accept yet is tried again 1 ms later, doubling to 10 ms. */
+#define REGISTRATION_FAST_MIN_USEC (1000ULL)
+#define REGISTRATION_FAST_MAX_USEC (10 * 1000ULL)
+#define REGISTRATION_FAST_PERIOD_USEC (10 * 1000 * 1000ULL)
 
 int registration_start(Plugin *p);
 void registration_cancel(Plugin *p);
