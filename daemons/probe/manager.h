@@ -41,6 +41,7 @@ typedef struct Manager {
         char *feature_file;             /* NFD feature file, NULL: none */
         char *cdi_directory;            /* CDI spec directory, NULL: none */
         sd_event_source *outputs_source; /* defer: rewrite them once per loop iteration */
+        bool publishing;                /* the bus name is ours: the files may be written */
 
         struct NvidiaProbe *nvidia;     /* NVIDIA inventory and health (nvidia.c) */
         struct Mps *mps;                /* MPS control daemons, SetMps (mps.c) */
@@ -58,15 +59,21 @@ DEFINE_CLEANUP_FUNC(Manager, manager_free);
 int manager_set_broker_user(Manager *m, const char *user);
 
 /* Takes the Intel options and output paths from the configuration. Returns -EINVAL and
- * the offending key in *ret_key for an invalid GPU_MEMORY_* value. */
+ * the offending key in *ret_key for an invalid GPU_MEMORY_* value. When a publishing
+ * probe's labels.featureFile or cdi.specDirectory changes, kgpu's files at the old place
+ * are removed (the new place is written by the caller's next manager_write_outputs()). */
 int manager_configure(Manager *m, const Config *c, const char **ret_key);
 
-/* Writes the NFD feature file and the CDI spec from the GPU table now (each when its path
- * is set). Returns the first error. */
+/* Writes the NFD feature file and the CDI specs from the GPU table now (each when its
+ * path is set), or removes the file that would have no content (no label, no GPU of a
+ * kind). Does nothing (returns 0) until m->publishing: a probe that never got its bus
+ * name serves nobody, and its labels would advertise GPUs no plugin hands out. Returns
+ * the first error. */
 int manager_write_outputs(Manager *m);
 
 /* Opens libudev and the monitor, enumerates, connects to the system bus, exports the
- * objects and takes the bus name. Logs failures. */
+ * objects and takes the bus name; then (publishing) writes the labels and CDI specs.
+ * Logs failures. */
 int manager_start(Manager *m);
 
 /* Re-enumerates and reconciles the GPU table with the result; emits the signals. */
