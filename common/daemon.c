@@ -20,7 +20,10 @@ enum {
         ARG_VERSION = 0x100,
         ARG_INTROSPECT,
         ARG_CONFIG,
+        ARG_VERB_BASE = 0x200,          /* + index in DaemonInfo.verbs */
 };
+
+#define DAEMON_VERBS_MAX 16
 
 void daemon_args_done(DaemonArgs *a) {
         a->overrides = mfree(a->overrides);
@@ -35,6 +38,8 @@ static void help(const DaemonInfo *info) {
                "     --introspect      Print the D-Bus interface XML generated from the vtables and exit\n"
                "     --config=FILE     Configuration file (default %s; also --config-file)\n",
                info->name, info->description, KGPU_CONFIG_FILE_DEFAULT);
+        for (const DaemonVerb *v = info->verbs; v && v->name; v++)
+                printf("     --%-16s%s\n", v->name, v->help);
         config_print_flags_help();
 }
 
@@ -49,18 +54,26 @@ int daemon_parse_argv(const DaemonInfo *info, int argc, char *argv[], DaemonArgs
         _cleanup_free_ struct option *options = NULL;
         _cleanup_free_ ConfigOverride *overrides = NULL;
         const struct option *cfg = config_getopt_options();
-        const char *config_path = NULL;
-        size_t n_cfg = 0, n = 0;
+        const char *config_path = NULL, *verb = NULL;
+        size_t n_cfg = 0, n_verbs = 0, n = 0;
         int c;
 
         while (cfg[n_cfg].name)
                 n_cfg++;
-        options = calloc(ELEMENTSOF(own) + n_cfg + 1, sizeof(struct option));
+        while (info->verbs && info->verbs[n_verbs].name)
+                n_verbs++;
+        if (n_verbs > DAEMON_VERBS_MAX)
+                return log_error_errno(-E2BIG, "%s declares more than %d verbs.", info->name, DAEMON_VERBS_MAX);
+        options = calloc(ELEMENTSOF(own) + n_verbs + n_cfg + 1, sizeof(struct option));
         overrides = calloc((size_t) MAX(argc, 1), sizeof(ConfigOverride));
         if (!options || !overrides)
                 return log_oom();
         memcpy(options, own, sizeof(own));
-        memcpy(options + ELEMENTSOF(own), cfg, n_cfg * sizeof(struct option));
+        for (size_t i = 0; i < n_verbs; i++)
+                options[ELEMENTSOF(own) + i] = (struct option) {
+                        .name = info->verbs[i].name, .has_arg = no_argument, .val = ARG_VERB_BASE + (int) i,
+                };
+        memcpy(options + ELEMENTSOF(own) + n_verbs, cfg, n_cfg * sizeof(struct option));
 
         optind = 0;
         /* _only: the Intel plugin's single-dash Go flags (-shared-dev-num 2) work too. */
@@ -81,6 +94,12 @@ int daemon_parse_argv(const DaemonInfo *info, int argc, char *argv[], DaemonArgs
                         break;
                 case '?':
                         return -EINVAL;
+                case ARG_VERB_BASE ... ARG_VERB_BASE + DAEMON_VERBS_MAX - 1:
+                        if (verb && !streq(verb, info->verbs[c - ARG_VERB_BASE].name))
+                                return log_error_errno(-EINVAL, "--%s and --%s exclude each other.",
+                                                       verb, info->verbs[c - ARG_VERB_BASE].name);
+                        verb = info->verbs[c - ARG_VERB_BASE].name;
+                        break;
                 default: {
                         const char *flag = config_flag_by_val(c);
 
@@ -96,6 +115,7 @@ int daemon_parse_argv(const DaemonInfo *info, int argc, char *argv[], DaemonArgs
                 .config_path = config_path,
                 .overrides = TAKE_PTR(overrides),
                 .n_overrides = n,
+                .verb = verb,
         };
         return 1;
 }

@@ -17,7 +17,7 @@ umockdev libumockdev-dev gir1.2-umockdev-1.0 libglib2.0-bin
 dbus util-linux sqlite3 libxml2-utils procps psmisc
 python3 python3-grpcio python3-grpc-tools python3-protobuf python3-hpack python3-dbus
 libclang-rt-14-dev valgrind
-debootstrap systemd-container debhelper dpkg-dev lintian rpm rpmlint acl man-db
+debootstrap systemd-container debhelper dpkg-dev lintian rpm rpmlint acl man-db piuparts
 "
 if [ -z "${KGPU_SKIP_APT_UPDATE:-}" ]; then
         apt-get update -q

@@ -386,12 +386,11 @@ int labels_intel_build(Gpu * const *all, size_t n_all, unsigned pci_grouping_lev
                         return r;
         }
 
-        r = label_setf(&t, LABELS_INTEL_PREFIX "tiles", "%" PRIu64, tiles);
-        if (r < 0)
-                return r;
-
+        /* No Intel GPU, no Intel label: kgpu also runs on nodes with only NVIDIA GPUs, and
+         * "gpu.intel.com/tiles=0" there would still select the node for Intel rules. */
         if (n > 0) {
-                if ((r = label_setf(&t, LABELS_INTEL_PREFIX "memory.max", "%" PRIu64, memory)) < 0 ||
+                if ((r = label_setf(&t, LABELS_INTEL_PREFIX "tiles", "%" PRIu64, tiles)) < 0 ||
+                    (r = label_setf(&t, LABELS_INTEL_PREFIX "memory.max", "%" PRIu64, memory)) < 0 ||
                     (r = label_setf(&t, LABELS_INTEL_PREFIX "millicores", "%zu", 1000 * n)) < 0)
                         return r;
 

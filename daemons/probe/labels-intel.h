@@ -8,7 +8,7 @@
  * the content of an NFD local feature file:
  *   gpu.intel.com/millicores      1000 x GPUs
  *   gpu.intel.com/memory.max      sum of MemoryBytes (GPU_MEMORY_* already applied)
- *   gpu.intel.com/tiles           sum of tiles (written even with no GPU, as upstream)
+ *   gpu.intel.com/tiles           sum of tiles
  *   gpu.intel.com/cards           "card0.card1..." first chunk only (deprecated)
  *   gpu.intel.com/gpu-numbers     "0.1.2", split (below) into gpu-numbers2, 3, ...
  *   gpu.intel.com/numa-gpu-map    "0-0.1_1-2.3" (GPUs with a NUMA node), split likewise
@@ -22,7 +22,8 @@
  * GPUs are ordered by card name compared as strings ("card10" < "card2"), the order in
  * which the Intel labeler reads /sys/class/drm. Splitting: chunks of at most 63
  * characters cut just after the last alphanumeric character, chunks 2.. start with "Z"
- * (62 characters of value).
+ * (62 characters of value). No GPU counts: no line at all (*ret is NULL), so a node
+ * without an Intel GPU carries no gpu.intel.com/ label.
  * Functions return 0 or a negative errno (-ENOMEM, -EINVAL for an unsplittable value).
  */
 #pragma once

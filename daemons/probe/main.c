@@ -6,6 +6,9 @@
  * startup failure or when the bus connection is lost (already logged), 75 when the
  * kubelet's directory is read-only in the unit's mount namespace and a restart by the
  * service manager fixes it (kubelet.h).
+ * --remove-outputs (the packages' removal scripts) removes the node labels and CDI specs
+ * kgpu wrote, at the configured and at the default places, and exits: 0 when none of
+ * kgpu's files is left there, 1 otherwise.
  */
 
 #include <errno.h>
@@ -24,6 +27,7 @@
 #include "daemons/probe/kubelet.h"
 #include "daemons/probe/reload.h"
 #include "daemons/probe/manager.h"
+#include "daemons/probe/outputs.h"
 #include "daemons/probe/probe-dbus.h"
 
 static int introspect(void) {
@@ -34,11 +38,53 @@ static int introspect(void) {
         return bus_introspect_print(e, n);
 }
 
+static const DaemonVerb verbs[] = {
+        { "remove-outputs", "Remove the node labels and CDI specs kgpu wrote, then exit" },
+        {}
+};
+
 static const DaemonInfo info = {
         .name = "kgpu-probed",
         .description = "Discovers the node's GPUs and exports them on the system bus as io.kgpu.Probe1.",
         .introspect = introspect,
+        .verbs = verbs,
 };
+
+/* The files may be where the configuration says or, written under an earlier
+ * configuration, at the defaults: both places are cleared. */
+static int remove_outputs(const DaemonArgs *args) {
+        _cleanup_(config_freep) Config *c = NULL;
+        const char *files[2] = { OUTPUTS_FEATURE_FILE_DEFAULT }, *dirs[2] = { OUTPUTS_CDI_DIRECTORY_DEFAULT };
+        int r, ret = 0;
+
+        r = daemon_load_config(args, &c);       /* logs file:line:key */
+        if (r < 0)
+                log_warning("Removing the files at the default places only.");
+        else {
+                if (c->labels_feature_file && !streq(c->labels_feature_file, files[0]))
+                        files[1] = c->labels_feature_file;
+                if (c->cdi_spec_directory && !streq(c->cdi_spec_directory, dirs[0]))
+                        dirs[1] = c->cdi_spec_directory;
+        }
+
+        for (size_t i = 0; i < ELEMENTSOF(files) && files[i]; i++) {
+                r = outputs_remove_feature_file(files[i]);
+                if (r == -EEXIST)
+                        log_notice("%s holds lines kgpu does not write, leaving it.", files[i]);
+                else if (r < 0)
+                        ret = log_error_errno(r, "Failed to remove the node labels %s: %m", files[i]);
+                else if (r > 0)
+                        log_info("Removed the node labels %s.", files[i]);
+        }
+        for (size_t i = 0; i < ELEMENTSOF(dirs) && dirs[i]; i++) {
+                r = outputs_remove_cdi_specs(dirs[i]);
+                if (r < 0)
+                        ret = log_error_errno(r, "Failed to remove kgpu's CDI specs from %s: %m", dirs[i]);
+                else if (r > 0)
+                        log_info("Removed %d CDI spec(s) of kgpu from %s.", r, dirs[i]);
+        }
+        return ret;
+}
 
 static int run(int argc, char *argv[]) {
         _cleanup_(manager_freep) Manager *m = NULL;
@@ -54,6 +100,8 @@ static int run(int argc, char *argv[]) {
         r = daemon_parse_argv(&info, argc, argv, &args);
         if (r <= 0)
                 return r;
+        if (streq_ptr(args.verb, "remove-outputs"))
+                return remove_outputs(&args);
 
         r = daemon_load_config(&args, &config);
         if (r < 0)

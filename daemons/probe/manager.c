@@ -114,6 +114,27 @@ int manager_set_grpc_user(Manager *m, const char *user) {
         return r;
 }
 
+/* The configuration moves the files (or turns them off): what kgpu wrote at the old
+ * place would stay behind with nobody to update or remove it. */
+static void manager_retire_outputs(Manager *m, const char *feature_file, const char *cdi_directory) {
+        int r;
+
+        if (!m->publishing)
+                return;
+        if (m->feature_file && !streq_ptr(m->feature_file, feature_file)) {
+                r = outputs_remove_feature_file(m->feature_file);
+                if (r < 0 && r != -EEXIST)
+                        log_warning_errno(r, "Failed to remove the node labels at the old place %s, ignoring: %m",
+                                          m->feature_file);
+        }
+        if (m->cdi_directory && !streq_ptr(m->cdi_directory, cdi_directory)) {
+                r = outputs_remove_cdi_specs(m->cdi_directory);
+                if (r < 0)
+                        log_warning_errno(r, "Failed to remove the CDI specs from the old directory %s, ignoring: %m",
+                                          m->cdi_directory);
+        }
+}
+
 int manager_configure(Manager *m, const Config *c, const char **ret_key) {
         uint64_t override = 0, reserved = 0;
 
@@ -125,6 +146,7 @@ int manager_configure(Manager *m, const Config *c, const char **ret_key) {
                 *ret_key = "intel.memoryReserved (GPU_MEMORY_RESERVED): expected a byte count";
                 return -EINVAL;
         }
+        manager_retire_outputs(m, c->labels_feature_file, c->cdi_spec_directory);
         if (free_and_strdup(&m->feature_file, c->labels_feature_file) < 0 ||
             free_and_strdup(&m->cdi_directory, c->cdi_spec_directory) < 0)
                 return -ENOMEM;
@@ -161,6 +183,9 @@ int manager_configure(Manager *m, const Config *c, const char **ret_key) {
 int manager_write_outputs(Manager *m) {
         int r = 0, k;
 
+        if (!m->publishing)
+                return 0;
+
         if (m->feature_file) {
                 _cleanup_strv_free_ char **labels = NULL;
                 _cleanup_free_ char *text = NULL;
@@ -168,11 +193,18 @@ int manager_write_outputs(Manager *m) {
                 k = labels_intel_build(m->gpus, m->n_gpus, m->pci_grouping_level, &labels);
                 if (k >= 0)
                         k = outputs_add_nvidia_labels(&labels, m->gpus, m->n_gpus, m->nvidia_labels_config);
-                if (k >= 0) {
+                if (k >= 0 && strv_length(labels) == 0) {
+                        /* No GPU: no label, and no file NFD would have to read. */
+                        k = outputs_remove_feature_file(m->feature_file);
+                        if (k == -EEXIST) {
+                                log_debug("%s was not written by kgpu, leaving it.", m->feature_file);
+                                k = 0;
+                        }
+                } else if (k >= 0) {
                         text = strv_join(labels, "\n");
                         k = text ? 0 : -ENOMEM;
                 }
-                if (k >= 0) {
+                if (k >= 0 && text) {
                         _cleanup_free_ char *t = NULL;
 
                         if (asprintf(&t, "%s\n", text) < 0)
@@ -223,7 +255,7 @@ static int on_outputs(sd_event_source *s, void *userdata) {
 void manager_schedule_outputs(Manager *m) {
         int r;
 
-        if (!m->event || (!m->feature_file && !m->cdi_directory))
+        if (!m->event || !m->publishing || (!m->feature_file && !m->cdi_directory))
                 return;
         if (m->outputs_source) {
                 r = sd_event_source_set_enabled(m->outputs_source, SD_EVENT_ONESHOT);
@@ -607,12 +639,16 @@ int manager_start(Manager *m) {
         r = nvidia_probe_wait_initial(m->nvidia);
         if (r < 0)
                 return r;
-        /* Labels and CDI spec before READY=1 (failures are logged and not fatal). */
-        (void) manager_write_outputs(m);
 
         r = manager_connect_bus(m);
         if (r < 0)
                 return r;
+
+        /* Only now, with the name ours, do labels and CDI specs follow the GPU table: a
+         * probe that fails before this point leaves nothing behind. Written before
+         * READY=1 (failures are logged and not fatal). */
+        m->publishing = true;
+        (void) manager_write_outputs(m);
 
         /* With the name taken, so that every change of the kubelet's directory is seen. */
         r = kubelet_dir_start(m->kubelet);

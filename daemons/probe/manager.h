@@ -41,6 +41,7 @@ typedef struct Manager {
         char *feature_file;             /* NFD feature file, NULL: none */
         char *cdi_directory;            /* CDI spec directory, NULL: none */
         sd_event_source *outputs_source; /* defer: rewrite them once per loop iteration */
+        bool publishing;                /* the bus name is ours: the files may be written */
 
         struct NvidiaProbe *nvidia;     /* NVIDIA inventory and health (nvidia.c) */
         struct Mps *mps;                /* MPS control daemons, SetMps (mps.c) */
@@ -61,17 +62,23 @@ int manager_set_broker_user(Manager *m, const char *user);
 /* Resolves the front end's user (NULL or unknown: only root may call io.kgpu.Kubelet1). */
 int manager_set_grpc_user(Manager *m, const char *user);
 
-/* Takes the Intel options, output paths and kubelet paths from the configuration. Returns -EINVAL and
- * the offending key with what was expected in *ret_key for an invalid GPU_MEMORY_*
- * value or kubelet path. */
+/* Takes the Intel options, output paths and kubelet paths from the configuration. Returns
+ * -EINVAL and the offending key with what was expected in *ret_key for an invalid
+ * GPU_MEMORY_* value or kubelet path. When a publishing probe's labels.featureFile or
+ * cdi.specDirectory changes, kgpu's files at the old place are removed (the new place is
+ * written by the caller's next manager_write_outputs()). */
 int manager_configure(Manager *m, const Config *c, const char **ret_key);
 
-/* Writes the NFD feature file and the CDI spec from the GPU table now (each when its path
- * is set). Returns the first error. */
+/* Writes the NFD feature file and the CDI specs from the GPU table now (each when its
+ * path is set), or removes the file that would have no content (no label, no GPU of a
+ * kind). Does nothing (returns 0) until m->publishing: a probe that never got its bus
+ * name serves nobody, and its labels would advertise GPUs no plugin hands out. Returns
+ * the first error. */
 int manager_write_outputs(Manager *m);
 
 /* Opens libudev and the monitor, enumerates, connects to the system bus, exports the
- * objects and takes the bus name. Logs failures. */
+ * objects and takes the bus name; then (publishing) writes the labels and CDI specs.
+ * Logs failures. */
 int manager_start(Manager *m);
 
 /* Re-enumerates and reconciles the GPU table with the result; emits the signals. */

@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "daemons/probe/cdi-nvidia.h"
+#include "daemons/probe/labels-intel.h"
 #include "daemons/probe/labels-nvidia.h"
 #include "daemons/probe/outputs.h"
 
@@ -207,4 +209,124 @@ int outputs_cdi_spec(Gpu * const *gpus, size_t n, char **ret) {
 
         *ret = TAKE_PTR(b);
         return n_devices;
+}
+
+bool outputs_feature_text_is_ours(const char *text, size_t len) {
+        size_t i = 0;
+
+        if (!text || len == 0 || text[len - 1] != '\n')
+                return false;
+        while (i < len) {
+                const char *line = text + i, *end = memchr(line, '\n', len - i);
+                const char *eq, *name;
+
+                /* end is never NULL: the text ends with a newline. */
+                if (end == line || memchr(line, 0, (size_t) (end - line)))
+                        return false;
+                eq = memchr(line, '=', (size_t) (end - line));
+                if (!eq)
+                        return false;
+                if (strncmp(line, LABELS_INTEL_PREFIX, strlen(LABELS_INTEL_PREFIX)) == 0)
+                        name = line + strlen(LABELS_INTEL_PREFIX);
+                else if (strncmp(line, LABELS_NVIDIA_PREFIX, strlen(LABELS_NVIDIA_PREFIX)) == 0)
+                        name = line + strlen(LABELS_NVIDIA_PREFIX);
+                else
+                        return false;
+                if (name >= eq)         /* a prefix with no name after it */
+                        return false;
+                i = (size_t) (end - text) + 1;
+        }
+        return true;
+}
+
+/* Splits an absolute path into its directory (opened) and its last component. */
+static int open_parent(const char *path, int *ret_fd, const char **ret_name) {
+        _cleanup_free_ char *dir = NULL;
+        const char *name;
+        int fd;
+
+        if (isempty(path) || path[0] != '/' || strlen(path) > 4096)
+                return -EINVAL;
+        name = strrchr(path, '/') + 1;
+        if (isempty(name) || streq(name, ".") || streq(name, ".."))
+                return -EINVAL;
+        dir = strndup(path, (size_t) (name - path));
+        if (!dir)
+                return -ENOMEM;
+        fd = open(dir, O_RDONLY|O_DIRECTORY|O_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        *ret_fd = fd;
+        *ret_name = name;
+        return 0;
+}
+
+int outputs_remove_feature_file(const char *path) {
+        _cleanup_close_ int dir_fd = -EBADF, fd = -EBADF;
+        _cleanup_free_ char *text = NULL;
+        struct stat st, now;
+        const char *name;
+        size_t n = 0;
+        int r;
+
+        r = open_parent(path, &dir_fd, &name);
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0)
+                return r;
+        fd = openat(dir_fd, name, O_RDONLY|O_NOFOLLOW|O_NONBLOCK|O_CLOEXEC);
+        if (fd < 0)
+                return errno == ENOENT ? 0 : negative_errno();
+        if (fstat(fd, &st) < 0)
+                return negative_errno();
+        if (!S_ISREG(st.st_mode) || st.st_size > OUTPUTS_FEATURE_FILE_MAX)
+                return -EEXIST;
+        text = malloc((size_t) st.st_size + 1);
+        if (!text)
+                return -ENOMEM;
+        while (n < (size_t) st.st_size) {
+                ssize_t k = read(fd, text + n, (size_t) st.st_size - n);
+
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0)
+                        return negative_errno();
+                if (k == 0)
+                        break;
+                n += (size_t) k;
+        }
+        if (!outputs_feature_text_is_ours(text, n))
+                return -EEXIST;
+        /* Still the file that was read (not replaced since)? */
+        if (fstatat(dir_fd, name, &now, AT_SYMLINK_NOFOLLOW) < 0)
+                return errno == ENOENT ? 0 : negative_errno();
+        if (now.st_dev != st.st_dev || now.st_ino != st.st_ino)
+                return -EEXIST;
+        if (unlinkat(dir_fd, name, 0) < 0)
+                return errno == ENOENT ? 0 : negative_errno();
+        (void) fsync(dir_fd);
+        return 1;
+}
+
+int outputs_remove_cdi_specs(const char *directory) {
+        static const char * const names[] = { OUTPUTS_CDI_FILE, CDI_NVIDIA_FILE };
+        _cleanup_close_ int dir_fd = -EBADF;
+        int n = 0;
+
+        if (isempty(directory) || directory[0] != '/')
+                return -EINVAL;
+        dir_fd = open(directory, O_RDONLY|O_DIRECTORY|O_CLOEXEC);
+        if (dir_fd < 0)
+                return errno == ENOENT ? 0 : negative_errno();
+        for (size_t i = 0; i < ELEMENTSOF(names); i++) {
+                if (unlinkat(dir_fd, names[i], 0) < 0) {
+                        if (errno == ENOENT)
+                                continue;
+                        return negative_errno();
+                }
+                n++;
+        }
+        if (n > 0)
+                (void) fsync(dir_fd);
+        return n;
 }

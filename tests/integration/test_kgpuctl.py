@@ -14,10 +14,17 @@
 
 import json
 import os
+import re
 import subprocess
 
 import harness
 from harness import check, TWO_GPUS
+
+
+def project_version():
+    """The version in meson.build: what the daemons of this build report."""
+    with open(os.path.join(harness.SOURCE_ROOT, 'meson.build')) as f:
+        return re.search(r"^\s*version\s*:\s*'([^']+)'", f.read(), re.M).group(1)
 
 
 def ctl(node, *args, user=None, env=None):
@@ -36,7 +43,7 @@ def test_status(node):
     check(p.returncode == 0, 'status failed: %r %r' % (p.stdout, p.stderr))
     for d in ('kgpu-probed', 'kgpu-brokerd'):
         line = [l for l in p.stdout.splitlines() if l.startswith(d + ' ')]
-        check(line and 'running' in line[0] and '0.1.0' in line[0], 'status: %s line %r' % (d, p.stdout))
+        check(line and 'running' in line[0] and project_version() in line[0], 'status: %s line %r' % (d, p.stdout))
     for res in TWO_GPUS:
         line = [l for l in p.stdout.splitlines() if l.strip().startswith(res + ' ')]
         check(line and line[0].split()[-1] == 'serving', 'status: %s socket %r' % (res, p.stdout))
@@ -45,7 +52,7 @@ def test_status(node):
     js = json.loads(p.stdout)
     by = {d['daemon']: d for d in js}
     check(set(by) == {'kgpu-probed', 'kgpu-brokerd', 'kgpu-grpcd'}, 'status --json daemons %r' % js)
-    check(by['kgpu-brokerd']['running'] and by['kgpu-brokerd']['version'] == '0.1.0', 'broker %r' % by)
+    check(by['kgpu-brokerd']['running'] and by['kgpu-brokerd']['version'] == project_version(), 'broker %r' % by)
     g = by['kgpu-grpcd']
     check(g['running'] and g['kubelet_socket'] is True, 'grpcd %r' % g)
     check(sorted((r['resource'], r['socket']) for r in g['resources']) ==

@@ -34,7 +34,10 @@ if [ -f "$dest/.done" ]; then
 fi
 rm -rf "$dest" "$out/$kind-tree"
 mkdir -p "$dest"
-tree=$out/$kind-tree/kgpu-0.1.0
+# The tree's own version (meson.build), so an older tree builds its own packages too.
+version=$(sed -n "s/^ *version *: *'\([^']*\)',.*/\1/p" "$src/meson.build" | head -n1)
+[ -n "$version" ] || { echo "no version in $src/meson.build" >&2; exit 1; }
+tree=$out/$kind-tree/kgpu-$version
 mkdir -p "$tree"
 (cd "$src" && printf '%s\n' "$files" | tr '\n' '\0' | xargs -0 cp --parents -t "$tree")
 
@@ -53,7 +56,7 @@ deb)
 rpm)
         top=$out/$kind-tree/rpmbuild
         mkdir -p "$top/SOURCES"
-        (cd "$out/$kind-tree" && tar -cJf "$top/SOURCES/kgpu-0.1.0.tar.xz" kgpu-0.1.0)
+        (cd "$out/$kind-tree" && tar -cJf "$top/SOURCES/kgpu-$version.tar.xz" "kgpu-$version")
         # On Debian the BuildRequires are Debian packages rpm cannot see (--nodeps),
         # and there is no find-debuginfo (no debuginfo package, so nothing strips the
         # binaries as Fedora does); Debian's brp-compress is bash run as /bin/sh

@@ -44,7 +44,7 @@ dpkg-deb -x "$debdir"/kgpu_*.deb "$root"
 # root: give it those programs and the host's systemd units (ours win).
 mkdir -p "$root/usr/lib/systemd/system"
 cp -rn /lib/systemd/system/. "$root/usr/lib/systemd/system/" 2>/dev/null || true
-for p in /bin/kill /usr/bin/kill; do
+for p in /bin/kill /usr/bin/kill /bin/mkdir /usr/bin/mkdir; do
         [ -x "$p" ] && mkdir -p "$root$(dirname "$p")" && cp "$p" "$root$p"
 done
 err=$(cd "$root" && systemd-analyze verify --root="$root" --man=no \

@@ -3,19 +3,25 @@
 # in-container.py — the install test's steps, run inside the booted bookworm container.
 #
 # Contract: started by kgpu-pkgtest.service (see test-install.sh) with systemd as PID 1,
-# the payload read-only at /kgpu-test and a writable /kgpu-results. Installs the .deb
-# with dpkg, then checks, in order: users from sysusers.d and no kubelet directory made
-# by the package, the three units active after `systemctl start kgpu.target`, grpcd and
-# the broker running as their users with no capabilities, busctl introspect/tree
-# answering, denial of mutating calls from `nobody`, the kubelet simulator
-# (kubelet_sim.py on grpcio) run as a systemd unit with the default UMask as the
-# kubelet runs (0750 directories, sockets only root can reach) and kgpu registering
-# both resources of the two-gpus testbed through the root probe, an Allocate answer,
-# registration again after that unit restarts,
+# the payload read-only at /kgpu-test and a writable /kgpu-results. Makes the kubelet's
+# root and pod-resources/ directories as a node has them, installs the .deb with dpkg,
+# then checks, in order: users from sysusers.d, the kubelet's directories untouched by
+# the package (mode, owner, ACL), the three units active after `systemctl start
+# kgpu.target`, grpcd and the broker running as their users with no capabilities,
+# busctl introspect/tree answering, denial of mutating calls from `nobody`, the probe's
+# label file and CDI spec at the default places, the kubelet simulator (kubelet_sim.py
+# on grpcio) run as a systemd unit with the default UMask as the kubelet runs (it makes
+# device-plugins/ 0750 after kgpu started; sockets only root can reach) and kgpu
+# registering both resources of the two-gpus testbed through the root probe, an
+# Allocate answer, registration again after that unit restarts,
 # kgpuctl, allocations kept across `systemctl reload` and `systemctl restart
 # kgpu-brokerd`, `systemd-analyze verify` with nothing on stderr and the exposure
-# thresholds. Prints one line per check; exit status 0 only if every check passed.
-# The probe runs under umockdev through a unit drop-in installed here (test only).
+# thresholds; `systemctl reload kgpu.target` reloading all three daemons and a changed
+# intel.pciGroupingLevel reaching the label file; `apt-get remove kgpu` (then purge)
+# taking the label file and kgpu's CDI specs, keeping other vendors' files and leaving
+# the kubelet's directories exactly as they were. Prints one line per check; exit status
+# 0 only if every check passed. The probe runs under umockdev through a unit drop-in
+# installed here (test only).
 
 import json
 import os
@@ -29,6 +35,13 @@ import time
 PAYLOAD = '/kgpu-test'
 PLUGIN_DIR = '/var/lib/kubelet/device-plugins'
 POD_RESOURCES = '/var/lib/kubelet/pod-resources/kubelet.sock'
+# The kubelet's directories a node has before kgpu comes: its root as the kubelet makes
+# it (0750) and one an operator opened (0755). device-plugins/ is made later, by the
+# kubelet simulator's unit, after kgpu started.
+KUBELET_DIRS = {'/var/lib/kubelet': 0o750, os.path.dirname(POD_RESOURCES): 0o755}
+FEATURE_FILE = '/etc/kubernetes/node-feature-discovery/features.d/kgpu'
+CDI_DIR = '/var/run/cdi'
+KGPU_CDI_SPECS = ('kgpu-intel-gpu.json', 'kgpu-nvidia.yaml')
 UNITS = ['kgpu-probed.service', 'kgpu-brokerd.service', 'kgpu-grpcd.service']
 THRESHOLDS = {'kgpu-grpcd.service': 1.5, 'kgpu-brokerd.service': 1.5, 'kgpu-probed.service': 4.0}
 # Layout two-gpus: resource -> GPU id.
@@ -116,11 +129,120 @@ def allocations():
     return sorted(json.dumps(a, sort_keys=True) for a in json.loads(p.stdout))
 
 
+def make_kubelet_dirs():
+    """The kubelet's directories, made before kgpu is installed (as the kubelet does)."""
+    for d, mode in KUBELET_DIRS.items():
+        os.makedirs(d, exist_ok=True)
+        os.chmod(d, mode)
+
+
+def kubelet_dirs_state(dirs=KUBELET_DIRS):
+    """Mode, owner and full ACL (getfacl) of each of the kubelet's directories."""
+    out = {}
+    for d in dirs:
+        st = os.stat(d)
+        acl = sh('getfacl', '-cpE', d, check_rc=False).stdout
+        out[d] = (oct(st.st_mode & 0o7777), st.st_uid, st.st_gid, acl)
+    return out
+
+
+def check_kubelet_dirs(before, when):
+    now = kubelet_dirs_state(before)
+    for d in before:
+        check(now[d] == before[d], '%s %s as the kubelet made it (mode, owner, ACL)' % (when, d),
+              '%r -> %r' % (before[d], now[d]))
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def journal_cursor():
+    p = sh('journalctl', '--no-pager', '-n', '0', '--show-cursor', check_rc=False)
+    for line in p.stdout.splitlines():
+        if line.startswith('-- cursor: '):
+            return line[len('-- cursor: '):]
+    return None
+
+
+def unit_log_since(unit, cursor):
+    argv = ['journalctl', '--no-pager', '-o', 'cat', '-u', unit]
+    if cursor:
+        argv += ['--after-cursor', cursor]
+    return sh(*argv, check_rc=False).stdout
+
+
+def check_reload_target():
+    """One command reloads all three daemons; a probe key reaches the label file."""
+    before = read(FEATURE_FILE)
+    check(before is not None and 'gpu.intel.com/pci-groups' not in before,
+          'label file without pci-groups before the change', repr(before))
+    with open('/etc/kgpu/kgpu.yaml') as f:
+        original = f.read()
+    pids = {u: unit_prop(u, 'MainPID') for u in UNITS}
+    cursor = journal_cursor()
+    with open('/etc/kgpu/kgpu.yaml', 'a') as f:
+        f.write('\nintel:\n  pciGroupingLevel: 2\n')
+    p = sh('systemctl', 'reload', 'kgpu.target', check_rc=False, timeout=60)
+    check(p.returncode == 0, 'systemctl reload kgpu.target', p.stderr)
+    after = wait(lambda: (read(FEATURE_FILE) or '') if 'gpu.intel.com/pci-groups=' in (read(FEATURE_FILE) or '')
+                 else None, 10, 'pci-groups label')
+    check(bool(after), 'intel.pciGroupingLevel 2 + reload of kgpu.target: the label file has pci-groups',
+          repr(read(FEATURE_FILE)))
+    for u in UNITS:
+        reloaded = wait(lambda: 'Reloaded the configuration' in unit_log_since(u, cursor), 10, u)
+        check(reloaded and unit_prop(u, 'MainPID') == pids[u] and unit_prop(u, 'ActiveState') == 'active',
+              '%s reloaded by systemctl reload kgpu.target (same process)' % u, unit_log_since(u, cursor)[-600:])
+    with open('/etc/kgpu/kgpu.yaml', 'w') as f:
+        f.write(original)
+    sh('systemctl', 'reload', 'kgpu.target', check_rc=False, timeout=60)
+    check(wait(lambda: read(FEATURE_FILE) == before, 10, 'labels back'),
+          'configuration restored + reload: the label file as before', repr(read(FEATURE_FILE)))
+
+
+def check_remove(kubelet_before):
+    """Removing the package takes kgpu's node outputs and nothing else."""
+    spec = os.path.join(CDI_DIR, KGPU_CDI_SPECS[0])
+    check(read(FEATURE_FILE) is not None and os.path.exists(spec),
+          'before the removal: %s and %s are there' % (FEATURE_FILE, spec))
+    others = [os.path.join(os.path.dirname(FEATURE_FILE), 'other-labeler'), os.path.join(CDI_DIR, 'other-vendor.yaml')]
+    for o in others:
+        with open(o, 'w') as f:
+            f.write('vendor.example.com/thing=1\n' if 'labeler' in o else 'cdiVersion: "0.5.0"\n')
+    if shutil.which('apt-get'):
+        p = sh('apt-get', 'remove', '-y', '-q', 'kgpu', check_rc=False, timeout=120,
+               env=dict(os.environ, DEBIAN_FRONTEND='noninteractive'))
+        what = 'apt-get remove kgpu'
+    else:
+        p = sh('dpkg', '-r', 'kgpu', check_rc=False, timeout=120)
+        what = 'dpkg -r kgpu'
+    if not check(p.returncode == 0, what, p.stdout + p.stderr):
+        return
+    for u in UNITS:
+        check(unit_prop(u, 'ActiveState') in ('inactive', ''), 'after %s: %s stopped' % (what, u))
+    check(not os.path.exists(FEATURE_FILE), 'after %s: no %s' % (what, FEATURE_FILE), p.stdout + p.stderr)
+    left = [f for f in KGPU_CDI_SPECS if os.path.exists(os.path.join(CDI_DIR, f))]
+    check(not left, 'after %s: no kgpu CDI spec in %s' % (what, CDI_DIR), repr(left))
+    check(all(os.path.exists(o) for o in others), 'after %s: other vendors\' label file and CDI spec kept' % what)
+    check_kubelet_dirs(kubelet_before, 'after %s:' % what)
+    p = sh('dpkg', '--purge', 'kgpu', check_rc=False, timeout=120)
+    check(p.returncode == 0 and not os.path.exists('/var/lib/kgpu'), 'dpkg --purge kgpu (state directory gone)',
+          p.stdout + p.stderr)
+    check_kubelet_dirs(kubelet_before, 'after the purge:')
+
+
 def main():
     install_testbed()
+    make_kubelet_dirs()
+    kubelet_before = kubelet_dirs_state()
 
     # --- install -------------------------------------------------------------------
     debs = [f for f in os.listdir(PAYLOAD) if f.startswith('kgpu_') and f.endswith('.deb')]
+    version = debs[0].split('_')[1] if debs else '?'
     # dpkg -i in its two steps, with a pause between: the bus re-reads its policy as
     # soon as the .conf files are unpacked, while the users they name do not exist yet
     # (the trap DESIGN.md describes); the postinst must create them and make the bus
@@ -142,11 +264,10 @@ def main():
             check(pw.pw_uid < 1000 and pw.pw_uid != 0, 'postinst created system user %s (uid %d)' % (user, pw.pw_uid))
         except KeyError:
             check(False, 'postinst created system user %s' % user)
-    # The package makes none of the kubelet's directories and sets no ACL (the root
-    # probe does everything there for grpcd); tmpfiles.d runs again at every boot.
+    # tmpfiles.d runs again at every boot (and dh's snippet ran it a second time): the
+    # package still changes nothing in the kubelet's directories after that.
     sh('systemd-tmpfiles', '--create', 'kgpu.conf', check_rc=False)
-    check(not os.path.exists('/var/lib/kubelet'), 'the package made no kubelet directory',
-          sh('ls', '-laR', '/var/lib/kubelet', check_rc=False).stdout)
+    check_kubelet_dirs(kubelet_before, 'after the install:')
 
     # --- start ---------------------------------------------------------------------
     sh('systemctl', 'stop', 'kgpu.target', *UNITS, check_rc=False)
@@ -195,10 +316,18 @@ def main():
     p = sh('busctl', 'call', 'io.kgpu.Probe1', '/io/kgpu/Probe1', 'io.kgpu.Probe1', 'Rescan', check_rc=False)
     check(p.returncode == 0, 'root may call Probe1.Rescan', p.stderr)
 
+    # --- node outputs: the probe's labels and CDI spec at the default places -----------
+    labels = wait(lambda: read(FEATURE_FILE), 10, 'labels') or ''
+    check('gpu.intel.com/cards=card0.card1' in labels and 'nvidia.com/' not in labels,
+          '%s: the two testbed GPUs\' Intel labels, no NVIDIA label' % FEATURE_FILE, repr(labels))
+    check(os.path.exists(os.path.join(CDI_DIR, KGPU_CDI_SPECS[0])) and
+          not os.path.exists(os.path.join(CDI_DIR, KGPU_CDI_SPECS[1])),
+          '%s: the Intel CDI spec, no NVIDIA spec' % CDI_DIR, repr(os.listdir(CDI_DIR) if os.path.isdir(CDI_DIR) else None))
+
     # --- kubelet: the simulator as a systemd unit, run as the kubelet runs -----------
-    # Root, systemd's default UMask=0022, /var/lib/kubelet/... made 0750 by it, after
-    # kgpu started (so the probe also meets a device-plugins directory that appeared
-    # after its unit started).
+    # Root, systemd's default UMask=0022; it makes device-plugins/ (0750) after kgpu
+    # started, so the probe also meets a directory that appeared after its unit started
+    # (read-only there: the probe exits 75 and systemd starts it again with access).
     sys.path.insert(0, PAYLOAD)
     os.environ['KGPU_PROTO_DIR'] = os.path.join(PAYLOAD, 'proto')
     import kubelet_sim
@@ -216,12 +345,15 @@ def main():
                      regs, sim_events()[-10:], sh('journalctl', '--no-pager', '-n', '20', '-u',
                                                   'kgpu-probed.service', check_rc=False).stdout)):
         return
-    for d in ('/var/lib/kubelet', PLUGIN_DIR, os.path.dirname(POD_RESOURCES)):
-        st = os.stat(d)
-        check(stat.S_IMODE(st.st_mode) == 0o750 and st.st_uid == 0, '%s is 0750 root as the kubelet made it' % d,
-              '%o uid %d' % (stat.S_IMODE(st.st_mode), st.st_uid))
-        acl = sh('getfacl', '-p', d, check_rc=False).stdout
-        check('kgpu' not in acl, '%s carries no kgpu ACL entry' % d, acl)
+    check_kubelet_dirs(kubelet_before, 'with kgpu serving the kubelet:')
+    st = os.stat(PLUGIN_DIR)
+    check(stat.S_IMODE(st.st_mode) == 0o750 and st.st_uid == 0, '%s is 0750 root as the kubelet made it' % PLUGIN_DIR,
+          '%o uid %d' % (stat.S_IMODE(st.st_mode), st.st_uid))
+    acl = sh('getfacl', '-p', PLUGIN_DIR, check_rc=False).stdout
+    check('kgpu' not in acl, '%s carries no kgpu ACL entry' % PLUGIN_DIR, acl)
+    check(int(unit_prop('kgpu-probed.service', 'NRestarts') or 0) <= 1,
+          'the probe met a device-plugins directory made after it started (at most one restart for access)',
+          unit_prop('kgpu-probed.service', 'NRestarts'))
     for sock in (os.path.join(PLUGIN_DIR, 'kubelet.sock'), POD_RESOURCES):
         st = os.lstat(sock)
         check(stat.S_IMODE(st.st_mode) == 0o755 and st.st_uid == 0,
@@ -292,23 +424,26 @@ def main():
         check(False, 'Allocate answered after the kubelet restart', repr(e))
     cl.close()
     sh('systemctl', 'stop', 'kgpu-kubelet-sim.service', check_rc=False)
+    # From now on device-plugins/ is one of the kubelet's directories kgpu must leave alone.
+    kubelet_before = kubelet_dirs_state(list(KUBELET_DIRS) + [PLUGIN_DIR])
     before = allocations()      # with the one just made
 
     # --- D-Bus activation: a call to a stopped daemon's name starts its unit ---------
     sh('systemctl', 'stop', 'kgpu-brokerd.service', check_rc=False)
     p = sh('busctl', 'get-property', 'io.kgpu.Broker1', '/io/kgpu/Broker1', 'io.kgpu.Broker1', 'Version',
            user='nobody', check_rc=False, timeout=30)
-    check(p.returncode == 0 and '0.1.0' in p.stdout and unit_prop('kgpu-brokerd.service', 'ActiveState') == 'active',
+    check(p.returncode == 0 and version in p.stdout and unit_prop('kgpu-brokerd.service', 'ActiveState') == 'active',
           'D-Bus activation: a read of io.kgpu.Broker1 started kgpu-brokerd.service', p.stdout + p.stderr)
     after = allocations()
     check(after == before, 'allocations kept across stop and D-Bus activation', '%r -> %r' % (before, after))
 
     # --- watchdog: every daemon pings (else systemd kills it after WATCHDOG_SEC) ------
     pids = {u: unit_prop(u, 'MainPID') for u in UNITS}
+    restarts = {u: unit_prop(u, 'NRestarts') for u in UNITS}
     time.sleep(WATCHDOG_SEC * 1.5)
     for u in UNITS:
         check(unit_prop(u, 'ActiveState') == 'active' and unit_prop(u, 'MainPID') == pids[u]
-              and unit_prop(u, 'NRestarts') == '0' and unit_prop(u, 'WatchdogUSec') == '%ds' % WATCHDOG_SEC,
+              and unit_prop(u, 'NRestarts') == restarts[u] and unit_prop(u, 'WatchdogUSec') == '%ds' % WATCHDOG_SEC,
               '%s pings its watchdog (WatchdogSec=%ds, still the same process, no restarts)' % (u, WATCHDOG_SEC),
               'state %s pid %s -> %s restarts %s watchdog %s' % (
                   unit_prop(u, 'ActiveState'), pids[u], unit_prop(u, 'MainPID'), unit_prop(u, 'NRestarts'),
@@ -323,6 +458,12 @@ def main():
         line = [l for l in p.stdout.splitlines() if 'Overall exposure level' in l]
         score = float(line[0].split(':')[1].split()[0]) if line else 99.0
         check(score <= limit, '%s exposure %.1f <= %.1f (as installed)' % (u, score, limit), p.stdout[-400:])
+
+    # --- one reload command ------------------------------------------------------------
+    check_reload_target()
+
+    # --- removal -------------------------------------------------------------------------
+    check_remove(kubelet_before)
 
 
 if __name__ == '__main__':

@@ -3,7 +3,8 @@
 # make-root.sh — prints the path of a cached, debootstrapped Debian bookworm root for
 # the package install test, creating it when missing.
 #
-# Contract: `make-root.sh [CACHE_DIR]` (default $KGPU_TEST_CACHE or /var/cache/kgpu-test).
+# Contract: `make-root.sh [CACHE_DIR]` (default $KGPU_TEST_CACHE or /var/cache/kgpu-test);
+# `make-root.sh --print-mirror` prints the Debian mirror it would use, and nothing else.
 # The root is named after a hash of the package list below, so changing the list makes
 # a new root; it is built in a temporary directory and renamed into place, so a half
 # built root is never used. Needs root and the Debian archive (the mirror of the host's
@@ -12,10 +13,16 @@
 # or non-zero with the reason on stderr.
 set -eu
 
+print_mirror=0
+if [ "${1:-}" = --print-mirror ]; then
+        print_mirror=1
+        shift
+fi
 cache=${1:-${KGPU_TEST_CACHE:-/var/cache/kgpu-test}}
 # The runtime dependencies of the .deb are in the root so that dpkg -i works offline;
 # python3-grpcio/-grpc-tools/-protobuf run the kubelet simulator, umockdev the
-# simulated GPUs, acl checks the tmpfiles.d ACLs.
+# simulated GPUs; acl (getfacl) shows that nothing sets ACLs on the kubelet's
+# directories, and has the setfacl the upgrade from 0.1.0 uses.
 pkgs=systemd,systemd-sysv,dbus,udev,acl,procps,man-db,python3,python3-grpcio,python3-grpc-tools,python3-pkg-resources,python3-protobuf,umockdev,libnghttp2-14,libprotobuf-c1,libyaml-0-2,libsqlite3-0,libcap-ng0
 
 mirror=${KGPU_DEBIAN_MIRROR:-}
@@ -23,6 +30,10 @@ if [ -z "$mirror" ]; then
         mirror=$(sed -n 's/^URIs: *\(http[^ ]*debian\)$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1)
         [ -n "$mirror" ] || mirror=$(sed -n 's/^deb \(http[^ ]*debian\) bookworm .*/\1/p' /etc/apt/sources.list 2>/dev/null | head -n1)
         [ -n "$mirror" ] || mirror=http://deb.debian.org/debian
+fi
+if [ $print_mirror = 1 ]; then
+        echo "$mirror"
+        exit 0
 fi
 
 key=$(printf '%s\n' "$pkgs" | sha256sum | cut -c1-12)

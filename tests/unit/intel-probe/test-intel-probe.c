@@ -383,9 +383,9 @@ START_TEST(test_no_gpus) {
         _cleanup_strv_free_ char **l = NULL;
         Gpu *none[] = { NULL };
 
+        /* No Intel GPU, no gpu.intel.com/ label (not even tiles=0). */
         ck_assert_int_eq(labels_intel_build(none, 0, 0, &l), 0);
-        ck_assert_uint_eq(strv_length(l), 1);
-        ck_assert_str_eq(l[0], "gpu.intel.com/tiles=0");
+        ck_assert_uint_eq(strv_length(l), 0);
 }
 END_TEST
 
@@ -442,7 +442,7 @@ START_TEST(test_manager_outputs_vf_removed) {
         _cleanup_free_ char *err = NULL;
         char dir[] = "/tmp/kgpu-test-outputs-XXXXXX";
         g_autofree char *ff = NULL, *cdi = NULL, *labels = NULL, *spec = NULL, *labels2 = NULL;
-        g_autofree char *labels3 = NULL;
+        g_autofree char *labels3 = NULL, *labels4 = NULL;
         const char *key = NULL;
         Gpu *vf2;
 
@@ -462,6 +462,15 @@ START_TEST(test_manager_outputs_vf_removed) {
         ck_assert_int_eq(manager_rescan(m), 0);
         ck_assert_uint_eq(m->n_gpus, 4);
         ck_assert_uint_eq(m->gpus[0]->memory_bytes, 3 * GIB);   /* 4 GiB - reserved */
+        /* Not publishing yet (no bus name): nothing is written, not even the directory. */
+        ck_assert_int_eq(manager_write_outputs(m), 0);
+        {
+                g_autofree char *fd_dir = g_strdup_printf("%s/features.d", dir);
+
+                ck_assert_int_eq(access(fd_dir, F_OK), -1);
+                ck_assert_int_eq(access(cdi, F_OK), -1);
+        }
+        m->publishing = true;   /* as manager_start() does once the name is ours */
         ck_assert_int_eq(manager_write_outputs(m), 0);
 
         labels = slurp(ff);
@@ -504,18 +513,23 @@ START_TEST(test_manager_outputs_vf_removed) {
         labels3 = slurp(ff);
         ck_assert_str_eq(labels3, labels);
 
-        /* Every GPU gone: labels say so, and the CDI spec (CDI wants devices) is removed. */
+        /* Every GPU gone: no label left, so no feature file, and no CDI spec (CDI wants
+         * devices). */
         for (size_t i = 0; i < m->n_gpus; i++)
                 ck_assert_int_eq(manager_mark_removed(m, m->gpus[i]->card_syspath), 1);
         ck_assert_int_eq(manager_write_outputs(m), 0);
         {
-                g_autofree char *empty = slurp(ff), *spec_path = g_strdup_printf("%s/" OUTPUTS_CDI_FILE, cdi);
+                g_autofree char *spec_path = g_strdup_printf("%s/" OUTPUTS_CDI_FILE, cdi);
 
-                ck_assert_str_eq(empty, "gpu.intel.com/tiles=0\n");
+                ck_assert_int_eq(access(ff, F_OK), -1);
+                ck_assert_int_eq(errno, ENOENT);
                 ck_assert_int_eq(access(spec_path, F_OK), -1);
         }
         ck_assert_int_eq(manager_rescan(m), 0);
         ck_assert_int_eq(manager_write_outputs(m), 0);
+        labels4 = slurp(ff);
+        ck_assert_ptr_nonnull(labels4);
+        ck_assert_str_eq(labels4, labels);      /* and back with the GPUs */
 
         /* No temp files left next to the outputs. */
         {
@@ -613,6 +627,147 @@ START_TEST(test_write_atomic_errors) {
 }
 END_TEST
 
+/* --- removal: only kgpu's own files ---------------------------------------------- */
+
+static void write_text(const char *path, const char *text) {
+        ck_assert(g_file_set_contents(path, text, -1, NULL));
+}
+
+START_TEST(test_feature_text_is_ours) {
+        static const char * const ours[] = {
+                "gpu.intel.com/tiles=2\n",
+                "gpu.intel.com/cards=card0\ngpu.intel.com/tiles=1\nnvidia.com/gpu.count=1\n",
+                "nvidia.com/mig.capable=true\n",
+        };
+        static const char * const foreign[] = {
+                "",
+                "\n",
+                "gpu.intel.com/tiles=2",                        /* no final newline */
+                "gpu.intel.com/tiles=2\n\n",                    /* empty line */
+                "gpu.intel.com/tiles=2\nfeature.node.kubernetes.io/x=1\n",
+                "gpu.intel.com/=2\n",                           /* prefix, no name */
+                "gpu.intel.com/tiles\n",                        /* no value */
+                "# gpu.intel.com/tiles=2\n",
+                "example.com/gpu.intel.com/tiles=2\n",
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(ours); i++)
+                ck_assert_msg(outputs_feature_text_is_ours(ours[i], strlen(ours[i])), "%s", ours[i]);
+        for (size_t i = 0; i < ELEMENTSOF(foreign); i++)
+                ck_assert_msg(!outputs_feature_text_is_ours(foreign[i], strlen(foreign[i])), "%s", foreign[i]);
+        ck_assert(!outputs_feature_text_is_ours("gpu.intel.com/a=\0b\n", 19));
+        ck_assert(!outputs_feature_text_is_ours(NULL, 0));
+}
+END_TEST
+
+START_TEST(test_remove_outputs) {
+        char dir[] = "/tmp/kgpu-test-remove-XXXXXX";
+        g_autofree char *ff = NULL, *other = NULL, *link = NULL, *cdi = NULL, *a = NULL, *b = NULL, *c = NULL;
+        g_autofree char *rm = NULL;
+
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        ff = g_strdup_printf("%s/kgpu", dir);
+        other = g_strdup_printf("%s/other", dir);
+        link = g_strdup_printf("%s/link", dir);
+        cdi = g_strdup_printf("%s/cdi", dir);
+        a = g_strdup_printf("%s/" OUTPUTS_CDI_FILE, cdi);
+        b = g_strdup_printf("%s/kgpu-nvidia.yaml", cdi);
+        c = g_strdup_printf("%s/vendor.yaml", cdi);
+
+        /* Nothing there: nothing to do. */
+        ck_assert_int_eq(outputs_remove_feature_file(ff), 0);
+        ck_assert_int_eq(outputs_remove_feature_file("/nonexistent-kgpu-dir/kgpu"), 0);
+        ck_assert_int_eq(outputs_remove_cdi_specs(cdi), 0);
+        ck_assert_int_eq(outputs_remove_feature_file("kgpu"), -EINVAL);
+        ck_assert_int_eq(outputs_remove_cdi_specs("cdi"), -EINVAL);
+
+        /* kgpu's labels go. */
+        write_text(ff, "gpu.intel.com/tiles=1\nnvidia.com/gpu.count=1\n");
+        ck_assert_int_eq(outputs_remove_feature_file(ff), 1);
+        ck_assert_int_eq(access(ff, F_OK), -1);
+
+        /* Another labeler's file at that path stays. */
+        write_text(ff, "gpu.intel.com/tiles=1\nfeature.node.kubernetes.io/x=1\n");
+        ck_assert_int_eq(outputs_remove_feature_file(ff), -EEXIST);
+        ck_assert_int_eq(access(ff, F_OK), 0);
+        ck_assert_int_eq(unlink(ff), 0);
+
+        /* A symlink is not followed, and its target stays. */
+        write_text(other, "gpu.intel.com/tiles=1\n");
+        ck_assert_int_eq(symlink(other, link), 0);
+        ck_assert_int_eq(outputs_remove_feature_file(link), -ELOOP);
+        ck_assert_int_eq(access(other, F_OK), 0);
+
+        /* CDI: kgpu's two specs by name, nothing else. */
+        ck_assert_int_eq(mkdir(cdi, 0755), 0);
+        write_text(a, "{}\n");
+        write_text(b, "x\n");
+        write_text(c, "x\n");
+        ck_assert_int_eq(outputs_remove_cdi_specs(cdi), 2);
+        ck_assert_int_eq(access(a, F_OK), -1);
+        ck_assert_int_eq(access(b, F_OK), -1);
+        ck_assert_int_eq(access(c, F_OK), 0);
+        ck_assert_int_eq(outputs_remove_cdi_specs(cdi), 0);
+
+        rm = g_strdup_printf("rm -rf %s", dir);
+        ck_assert_int_eq(system(rm), 0);
+}
+END_TEST
+
+/* A reload that moves the files takes kgpu's files away from the old place. */
+START_TEST(test_configure_moves_outputs) {
+        g_autoptr(UMockdevTestbed) tb = testbed_load("two-gpus");
+        _cleanup_(manager_freep) Manager *m = NULL;
+        _cleanup_(config_freep) Config *c1 = NULL, *c2 = NULL, *c3 = NULL;
+        _cleanup_free_ char *err = NULL;
+        char dir[] = "/tmp/kgpu-test-move-XXXXXX";
+        g_autofree char *y1 = NULL, *y2 = NULL, *ff1 = NULL, *ff2 = NULL, *spec1 = NULL, *spec2 = NULL;
+        g_autofree char *rm = NULL;
+        static const char off[] = "labels:\n  featureFile: \"\"\ncdi:\n  specDirectory: \"\"\n";
+        const char *key = NULL;
+
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        ff1 = g_strdup_printf("%s/a/kgpu", dir);
+        ff2 = g_strdup_printf("%s/b/kgpu", dir);
+        spec1 = g_strdup_printf("%s/cdi-a/" OUTPUTS_CDI_FILE, dir);
+        spec2 = g_strdup_printf("%s/cdi-b/" OUTPUTS_CDI_FILE, dir);
+        y1 = g_strdup_printf("labels:\n  featureFile: %s/a/kgpu\ncdi:\n  specDirectory: %s/cdi-a\n", dir, dir);
+        y2 = g_strdup_printf("labels:\n  featureFile: %s/b/kgpu\ncdi:\n  specDirectory: %s/cdi-b\n", dir, dir);
+        unsetenv("KGPU_LABELS_FEATURE_FILE");
+        unsetenv("KGPU_CDI_SPEC_DIRECTORY");
+        ck_assert_int_eq(config_load_string(y1, strlen(y1), "kgpu.yaml", NULL, 0, &c1, &err), 0);
+        ck_assert_int_eq(config_load_string(y2, strlen(y2), "kgpu.yaml", NULL, 0, &c2, &err), 0);
+        ck_assert_int_eq(config_load_string(off, strlen(off), "kgpu.yaml", NULL, 0, &c3, &err), 0);
+        ck_assert_ptr_null(c3->labels_feature_file);
+
+        ck_assert_int_eq(manager_new(&m), 0);
+        ck_assert_int_eq(manager_configure(m, c1, &key), 0);
+        m->udev = udev_new();
+        ck_assert_ptr_nonnull(m->udev);
+        ck_assert_int_eq(manager_rescan(m), 0);
+        m->publishing = true;
+        ck_assert_int_eq(manager_write_outputs(m), 0);
+        ck_assert_int_eq(access(ff1, F_OK), 0);
+        ck_assert_int_eq(access(spec1, F_OK), 0);
+
+        ck_assert_int_eq(manager_configure(m, c2, &key), 0);
+        ck_assert_int_eq(access(ff1, F_OK), -1);
+        ck_assert_int_eq(access(spec1, F_OK), -1);
+        ck_assert_int_eq(manager_write_outputs(m), 0);
+        ck_assert_int_eq(access(ff2, F_OK), 0);
+        ck_assert_int_eq(access(spec2, F_OK), 0);
+
+        /* Turned off (empty values): the files go, nothing is written any more. */
+        ck_assert_int_eq(manager_configure(m, c3, &key), 0);
+        ck_assert_int_eq(manager_write_outputs(m), 0);
+        ck_assert_int_eq(access(ff2, F_OK), -1);
+        ck_assert_int_eq(access(spec2, F_OK), -1);
+
+        rm = g_strdup_printf("rm -rf %s", dir);
+        ck_assert_int_eq(system(rm), 0);
+}
+END_TEST
+
 static Suite *suite(void) {
         Suite *s = suite_create("intel-probe");
         TCase *tc = tcase_create("core");
@@ -633,6 +788,9 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_config_keys);
         tcase_add_test(tc, test_configure_invalid);
         tcase_add_test(tc, test_write_atomic_errors);
+        tcase_add_test(tc, test_feature_text_is_ours);
+        tcase_add_test(tc, test_remove_outputs);
+        tcase_add_test(tc, test_configure_moves_outputs);
         suite_add_tcase(s, tc);
         return s;
 }
