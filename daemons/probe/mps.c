@@ -615,6 +615,14 @@ static void entry_enabled_ok(Entry *e) {
         entry_finish_op(e, 0, NULL);
 }
 
+/* The control tool's answer: -ESRCH when either stream says no daemon runs (the real
+ * tool writes that on stderr), else what stdout says (nvidia_mps_parse_reply()). */
+static int reply_status(const NvidiaRunResult *res, char **perr) {
+        if (nvidia_mps_parse_reply(res->err, res->err_len, NULL) == -ESRCH)
+                return -ESRCH;
+        return nvidia_mps_parse_reply(res->out, res->out_len, perr);
+}
+
 static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, void *userdata) {
         /* Freed when this returns: res points into it; the next step has its own run. */
         _cleanup_(nvidia_run_freep) _unused_ NvidiaRun *finished = run;
@@ -688,7 +696,7 @@ static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, v
                                 entry_finish_op(e, 0, NULL);
                         break;
                 }
-                r = nvidia_mps_parse_reply(res->out, res->out_len, NULL);
+                r = reply_status(res, NULL);
                 if (r == -ESRCH && op->step == STEP_PROBE) {
                         entry_run_step(e, STEP_START);
                         break;
@@ -698,7 +706,9 @@ static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, v
                 goto fail_or_dead;
         }
         case STEP_START:
-                if (res->exit_status != 0) {
+                /* "already running": another daemon took this pipe directory just now; it
+                 * answers from there, so it is the one to send the limits to. */
+                if (res->exit_status != 0 && reply_status(res, NULL) != -EEXIST) {
                         r = -EIO;
                         goto fail;
                 }
@@ -710,8 +720,13 @@ static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, v
                 }
                 entry_run_step(e, STEP_LIMITS);
                 break;
-        case STEP_LIMITS:
-                r = nvidia_mps_parse_reply(res->out, res->out_len, &perr);
+        case STEP_LIMITS: {
+                uint32_t tenths = 0;
+
+                /* The daemon prints the percentage in force back: one it did not take
+                 * shows there (mps-H100-set-percentage-3.txt). */
+                r = nvidia_mps_parse_reply(res->err, res->err_len, NULL) == -ESRCH ? -ESRCH :
+                    nvidia_mps_parse_percentage_reply(res->out, res->out_len, &tenths, &perr);
                 if (r >= 0 && res->exit_status != 0)
                         r = -EIO;
                 if (r == -ESRCH && !op->started) {
@@ -719,12 +734,21 @@ static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, v
                         entry_run_step(e, STEP_START);
                         break;
                 }
+                if (r >= 0 && tenths != op->pct * 10) {
+                        free(msg);
+                        msg = NULL;
+                        (void) asprintf_safe(&msg, "%s: the daemon kept an active thread percentage of %" PRIu32
+                                             ".%" PRIu32 " instead of %" PRIu32, step_name(op->step), tenths / 10,
+                                             tenths % 10, op->pct);
+                        r = -EBADMSG;
+                }
                 if (r < 0)
                         goto fail;
                 entry_enabled_ok(e);
                 break;
+        }
         case STEP_QUIT:
-                r = nvidia_mps_parse_reply(res->out, res->out_len, &perr);
+                r = reply_status(res, &perr);
                 if (r >= 0 && res->exit_status != 0)
                         r = -EIO;
                 if (r < 0 && r != -ESRCH)

@@ -11,6 +11,8 @@
  *            the control tool's stdin in one run:
  *              set_default_device_pinned_mem_limit 0 <MiB>M
  *              set_default_active_thread_percentage <pct>
+ *            (the daemon prints the percentage in force back: one it did not take is an
+ *            error).
  *            State "starting" while this runs, "running" at the end.
  *            Again with other limits while running: only the limits are sent; with the
  *            same limits: nothing is run.
@@ -21,6 +23,8 @@
  *   check:   (mps_check_all(), on the probe's health tick) `get_server_list` to every
  *            running daemon; one that is gone is restarted once (-d, then its limits);
  *            gone again later, or the restart failing: state "failed".
+ * The control tool's "no daemon" answer is read from stderr too, where the real tool
+ * writes it (tests/data/nvidia/mps-H100-no-daemon-1.txt).
  * The pipe directory is mounted into the containers of MPS slices (the broker's
  * Allocate answer), whose CUDA clients connect to the control daemon's socket in it:
  * the directories are 0755 so any container uid can reach the socket; the daemon

@@ -189,7 +189,7 @@ def check_enable(node):
     check(st.get('compute_mode', {}).get('0') == 'Exclusive_Process', 'compute mode %r' % st.get('compute_mode'))
     dm = daemon(node)
     check(dm.get('running') is True and dm.get('visible') == L40S, 'daemon %r' % dm)
-    check(dm.get('pinned_mem_limit') == {'0': '2048M'} and dm.get('active_thread_percentage') == '50',
+    check(dm.get('pinned_mem_limit') == {'0': '2048M'} and dm.get('active_thread_percentage') == '50.0',
           'limits %r' % dm)
     ctl = '[CUDA_MPS_PIPE_DIRECTORY=%s CUDA_VISIBLE_DEVICES=%s]' % (pipe_dir(node), L40S)
     want = ['nvidia-smi -i 0 -c EXCLUSIVE_PROCESS',
@@ -219,7 +219,7 @@ def check_enable(node):
                   'nvidia-cuda-mps-control < set_default_device_pinned_mem_limit 0 4096M',
                   'nvidia-cuda-mps-control < set_default_active_thread_percentage 25'], 'commands %r' % got)
     dm = daemon(node)
-    check(dm.get('pinned_mem_limit') == {'0': '4096M'} and dm.get('active_thread_percentage') == '25',
+    check(dm.get('pinned_mem_limit') == {'0': '4096M'} and dm.get('active_thread_percentage') == '25.0',
           'new limits %r' % dm)
     print('SetMps with other limits as %s: only the limits sent' % harness.BROKER_USER)
 
@@ -245,7 +245,7 @@ def check_health(node):
     wait(lambda: daemon(node).get('running') and daemon(node).get('pinned_mem_limit'),
          'the daemon restarted with limits', timeout=INTERVAL_MS / 1000 * 2 + 5)
     dm = daemon(node)
-    check(dm.get('pinned_mem_limit') == {'0': '4096M'} and dm.get('active_thread_percentage') == '25',
+    check(dm.get('pinned_mem_limit') == {'0': '4096M'} and dm.get('active_thread_percentage') == '25.0',
           'limits after the restart %r' % dm)
     wait(lambda: any(c.endswith('set_default_active_thread_percentage 25') for c in mps_commands(node, n0)),
          'the limits sent again')

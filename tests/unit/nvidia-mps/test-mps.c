@@ -208,7 +208,7 @@ START_TEST(test_enable_change_disable) {
 
         state = slurp(state_path);
         ck_assert_ptr_nonnull(strstr(state, "\"0\": \"Exclusive_Process\""));
-        ck_assert_ptr_nonnull(strstr(state, "\"active_thread_percentage\": \"50\""));
+        ck_assert_ptr_nonnull(strstr(state, "\"active_thread_percentage\": \"50.0\""));
         ck_assert_ptr_nonnull(strstr(state, "\"0\": \"2048M\""));
         ck_assert_ptr_nonnull(strstr(state, "\"running\": true"));
         ck_assert_ptr_nonnull(strstr(state, "\"visible\": \"" UUID "\""));
@@ -240,7 +240,7 @@ START_TEST(test_enable_change_disable) {
         free(state);
         state = slurp(state_path);
         ck_assert_ptr_nonnull(strstr(state, "\"0\": \"4096M\""));
-        ck_assert_ptr_nonnull(strstr(state, "\"active_thread_percentage\": \"25\""));
+        ck_assert_ptr_nonnull(strstr(state, "\"active_thread_percentage\": \"25.0\""));
         ck_assert_str_eq(states.seen, "starting,running");
 
         /* Disable: quit, compute mode Default, directories gone. */
@@ -544,7 +544,7 @@ START_TEST(test_health_restart_then_failed) {
         state = slurp(state_path);
         ck_assert_ptr_nonnull(strstr(state, "\"running\": true"));
         ck_assert_ptr_nonnull(strstr(state, "\"0\": \"3072M\""));
-        ck_assert_ptr_nonnull(strstr(state, "\"active_thread_percentage\": \"30\""));
+        ck_assert_ptr_nonnull(strstr(state, "\"active_thread_percentage\": \"30.0\""));
 
         /* Dies again: failed, with the tool's words. */
         kill_daemon();
@@ -604,7 +604,7 @@ START_TEST(test_queue_in_order) {
         ck_assert_str_eq(states.seen, "starting,running,off,starting,running");
         state = slurp(state_path);
         ck_assert_ptr_nonnull(strstr(state, "\"0\": \"1024M\""));
-        ck_assert_ptr_nonnull(strstr(state, "\"active_thread_percentage\": \"10\""));
+        ck_assert_ptr_nonnull(strstr(state, "\"active_thread_percentage\": \"10.0\""));
 
         /* The queue is bounded. */
         for (unsigned i = 0; i < MPS_QUEUE_MAX; i++)
