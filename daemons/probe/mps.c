@@ -27,6 +27,8 @@
 
 #define MPS_ENTRIES_MAX NVIDIA_GPUS_MAX
 #define MPS_OUTPUT_MAX  (64U * 1024U)
+#define MPS_PID_FILE    "nvidia-cuda-mps-control.pid"   /* the daemon's, in its pipe directory */
+#define MPS_LIMITS_FILE "limits"                        /* ours: "<pid> <MiB> <pct>" */
 
 extern char **environ;
 
@@ -443,14 +445,75 @@ static int remove_dir(const char *dir) {
         return 0;
 }
 
+static int entry_unlink(Entry *e, const char *name) {
+        _cleanup_free_ char *p = NULL;
+
+        if (asprintf_safe(&p, "%s/%s", e->base_dir, name) < 0)
+                return -ENOMEM;
+        if (unlink(p) < 0 && errno != ENOENT)
+                return -errno;
+        return 0;
+}
+
 static int entry_remove_dirs(Entry *e) {
         int r;
 
-        if ((r = remove_dir(e->pipe_dir)) < 0 || (r = remove_dir(e->log_dir)) < 0)
+        if ((r = remove_dir(e->pipe_dir)) < 0 || (r = remove_dir(e->log_dir)) < 0 ||
+            (r = entry_unlink(e, MPS_LIMITS_FILE)) < 0)
                 return r;
         if (rmdir(e->base_dir) < 0 && errno != ENOENT)
                 return -errno;
         return 0;
+}
+
+/* The daemon's pid from the pid file it keeps in its pipe directory, 0 if unreadable. */
+static pid_t entry_daemon_pid(Entry *e) {
+        _cleanup_free_ char *p = NULL, *line = NULL;
+        uint32_t v;
+
+        if (asprintf_safe(&p, "%s/%s", e->pipe_dir, MPS_PID_FILE) < 0 ||
+            read_one_line_file_at(AT_FDCWD, p, 32, &line) < 0 ||
+            safe_atou32(line, &v) < 0 || v == 0 || v > INT32_MAX)
+                return 0;
+        return (pid_t) v;
+}
+
+/* Remembers the limits sent to the daemon now running, for a later probe's adoption. */
+static void entry_save_limits(Entry *e) {
+        _cleanup_free_ char *p = NULL, *text = NULL;
+        pid_t pid = entry_daemon_pid(e);
+        int r;
+
+        if (asprintf_safe(&p, "%s/%s", e->base_dir, MPS_LIMITS_FILE) < 0)
+                return;
+        if (pid <= 0) {
+                (void) unlink(p);
+                return;
+        }
+        if (asprintf_safe(&text, "%d %" PRIu64 " %" PRIu32 "\n", (int) pid, e->pinned_mib, e->pct) < 0)
+                return;
+        r = write_file_atomic_at(AT_FDCWD, p, text, strlen(text), 0644);
+        if (r < 0)
+                log_debug_errno(r, "Failed to write %s, ignoring: %m", p);
+}
+
+/* The limits an earlier probe sent to the daemon that runs now (same pid), or 0/0. */
+static void entry_load_limits(Entry *e) {
+        _cleanup_free_ char *p = NULL, *line = NULL;
+        unsigned long long mib = 0;
+        unsigned pct = 0;
+        int pid = 0;
+
+        e->pinned_mib = 0;
+        e->pct = 0;
+        if (asprintf_safe(&p, "%s/%s", e->base_dir, MPS_LIMITS_FILE) < 0 ||
+            read_one_line_file_at(AT_FDCWD, p, 128, &line) < 0 ||
+            sscanf(line, "%d %llu %u", &pid, &mib, &pct) != 3)
+                return;
+        if (pid <= 0 || pid != entry_daemon_pid(e) || mib == 0 || pct < 1 || pct > 100)
+                return;
+        e->pinned_mib = mib;
+        e->pct = pct;
 }
 
 /* environ without the MPS variables, plus ours for this GPU. */
@@ -685,11 +748,16 @@ static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, v
                         if (op->step == STEP_PROBE)
                                 entry_run_step(e, STEP_LIMITS);
                         else if (op->kind == OP_ADOPT) {
-                                /* Left by an earlier probe: ours again, limits unknown until
-                                 * the next SetMps sends them. */
-                                log_info("Adopted the running MPS control daemon of GPU %s.", e->uuid);
-                                e->pinned_mib = 0;
-                                e->pct = 0;
+                                /* Left by an earlier probe: ours again, with the limits that
+                                 * probe sent if its record names this very daemon, else
+                                 * unknown until the next SetMps sends them. */
+                                entry_load_limits(e);
+                                if (e->pinned_mib > 0)
+                                        log_info("Adopted the running MPS control daemon of GPU %s (limits %" PRIu64
+                                                 " MiB, %" PRIu32 " %%).", e->uuid, e->pinned_mib, e->pct);
+                                else
+                                        log_info("Adopted the running MPS control daemon of GPU %s (limits unknown).",
+                                                 e->uuid);
                                 entry_set_state(e, MPS_STATE_RUNNING, NULL);
                                 entry_finish_op(e, 0, NULL);
                         } else
@@ -745,6 +813,7 @@ static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, v
                 if (r < 0)
                         goto fail;
                 entry_enabled_ok(e);
+                entry_save_limits(e);
                 break;
         }
         case STEP_QUIT:

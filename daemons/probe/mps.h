@@ -12,7 +12,8 @@
  *              set_default_device_pinned_mem_limit 0 <MiB>M
  *              set_default_active_thread_percentage <pct>
  *            (the daemon prints the percentage in force back: one it did not take is an
- *            error).
+ *            error). The limits and the daemon's pid (its nvidia-cuda-mps-control.pid)
+ *            are kept in <mps dir>/<uuid>/limits for adoption.
  *            State "starting" while this runs, "running" at the end.
  *            Again with other limits while running: only the limits are sent; with the
  *            same limits: nothing is run.
@@ -31,10 +32,12 @@
  * creates its sockets with its own modes.
  * On probe exit the daemons are left running: pods using MPS keep their server while
  * the probe restarts. A new probe adopts them (mps_adopt(): each <mps dir>/<uuid> whose
- * daemon answers get_server_list is "running" again, limits unknown); the broker calls
- * SetMps again when the probe reappears: the enable path re-sends the limits to the
- * adopted daemon, and a config without MPS for the GPU sees MpsState "running" and
- * disables it (a disable also runs for an "off" GPU whose directories exist).
+ * daemon answers get_server_list is "running" again, with the limits of its limits file
+ * when that file names the daemon's current pid, else limits unknown); the broker calls
+ * SetMps again when the probe reappears: the same limits run nothing, others (or unknown
+ * ones) are sent to the adopted daemon, and a config without MPS for the GPU sees
+ * MpsState "running" and disables it (a disable also runs for an "off" GPU whose
+ * directories exist). No second daemon is ever started next to one that answers.
  *
  * Requests for one GPU run one at a time in arrival order (a queue of at most
  * MPS_QUEUE_MAX per GPU; a running health check is abandoned for a request).

@@ -20,8 +20,9 @@
 #  - health: a daemon that dies is restarted within one health interval with its limits;
 #    dying again turns MpsState "failed" and the GPU Unhealthy "mps-failed"; SetMps brings
 #    it back (running, Healthy);
-#  - probe restart: the daemon keeps running and the new probe adopts it (MpsState
-#    "running" with no SetMps, no second daemon);
+#  - probe restart: the daemon process keeps running (same pid) and the new probe adopts
+#    it (MpsState "running" with no SetMps, no second daemon, no compute mode change),
+#    with the limits the earlier probe sent: a SetMps with them runs nothing;
 #  - disable: MpsState "" and MpsPipeDirectory "", compute mode Default, daemon quit,
 #    directories removed; the NVIDIA labels are in the feature file.
 # Needs root (other uids on the bus).
@@ -270,10 +271,18 @@ def check_health(node):
     print('SetMps after failed: running and Healthy again')
 
 
+def daemon_alive(node):
+    pid = daemon(node).get('pid')
+    return pid and os.path.exists('/proc/%d' % pid)
+
+
 def check_probe_restart(node):
     n0 = len(node.nvidia_commands())
+    pid = daemon(node).get('pid')
+    check(daemon_alive(node), 'no MPS daemon process before the restart: %r' % daemon(node))
     node.daemons['probe'].stop()
-    check(daemon(node).get('running') is True, 'the MPS daemon did not survive the probe: %r' % daemon(node))
+    check(daemon_alive(node) and daemon(node).get('pid') == pid,
+          'the MPS daemon did not survive the probe: %r' % daemon(node))
     node.start_probe()
     node.wait_bus_name(harness.PROBE_BUS, 10, node.daemons['probe'])
     # Adopted without any SetMps: running again on the Gpu1 object.
@@ -284,7 +293,16 @@ def check_probe_restart(node):
     check(not any(' -d ' in c for c in got) and not any(' -c ' in c for c in got),
           'a second daemon or a mode change after the restart: %r' % got)
     check(daemon(node).get('pinned_mem_limit') == {'0': '2048M'}, 'limits lost %r' % daemon(node))
-    print('probe restart: the MPS daemon kept running and was adopted (MpsState running, no SetMps)')
+    check(daemon_alive(node) and daemon(node).get('pid') == pid, 'another daemon after the restart: %r (was %d)'
+          % (daemon(node), pid))
+    # The limits the earlier probe sent are known (its limits file names this daemon):
+    # the broker's SetMps with them runs nothing; other limits are sent.
+    n1 = len(node.nvidia_commands())
+    check(set_mps(node, True, 2 * GIB, 50)[0] == 'ok', 'SetMps with the limits in force after the restart')
+    got = without_checks(mps_commands(node, n1))
+    check(got == [], 'SetMps with the limits in force ran %r' % got)
+    print('probe restart: the MPS daemon (pid %d) kept running and was adopted with its limits '
+          '(MpsState running, no SetMps, the same limits run nothing)' % pid)
 
 
 def check_disable(node):

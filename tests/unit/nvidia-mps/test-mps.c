@@ -183,6 +183,16 @@ static void kill_daemon(void) {
         ck_assert_int_eq(system(cmd), 0);
 }
 
+/* Starts a daemon for the pipe directory behind the controller's back (another probe's,
+ * or an operator's), keeping the command log clean. */
+static void start_daemon_behind(void) {
+        _cleanup_free_ char *cmd = NULL;
+
+        ck_assert_int_ge(asprintf(&cmd, "env -u KGPU_FAKE_NVIDIA_LOG CUDA_MPS_PIPE_DIRECTORY='%s' CUDA_MPS_LOG_DIRECTORY='%s' "
+                                  "'%s' -d", pipe_dir, log_dir, fake_mps), 0);
+        ck_assert_int_eq(system(cmd), 0);
+}
+
 START_TEST(test_enable_change_disable) {
         _cleanup_(mps_freep) Mps *m = new_mps();
         _cleanup_free_ char *cmds = NULL, *state = NULL, *want = NULL, *ctl = expect_line_ctl(""),
@@ -318,7 +328,8 @@ START_TEST(test_adopt) {
         free(take_commands());
         memset(&states, 0, sizeof(states));
 
-        /* A new probe finds the daemon and holds it as running, without a SetMps. */
+        /* A new probe finds the daemon and holds it as running, without a SetMps, with the
+         * limits the earlier one sent (its limits file names this very daemon's pid). */
         m = new_mps();
         ck_assert_int_eq(mps_adopt(m), 1);
         run_until_idle(m);
@@ -330,6 +341,41 @@ START_TEST(test_adopt) {
         ck_assert_str_eq(cmds, want);
         /* Adopting again changes nothing. */
         ck_assert_int_eq(mps_adopt(m), 0);
+
+        /* The broker's SetMps with the limits in force: nothing runs. */
+        ck_assert_int_eq(set_and_wait(m, true, 2 * GIB, 50, NULL), 0);
+        free(cmds);
+        cmds = take_commands();
+        ck_assert_str_eq(cmds, "");
+
+        /* Dead: restarted with those limits. */
+        kill_daemon();
+        ck_assert_int_eq(mps_check_all(m), 1);
+        run_until_idle(m);
+        free(cmds);
+        cmds = take_commands();
+        free(want);
+        ck_assert_int_ge(asprintf(&want,
+                                  "%s\n"
+                                  "nvidia-cuda-mps-control < get_server_list\n"
+                                  "%s\n"
+                                  "%s\n"
+                                  "nvidia-cuda-mps-control < set_default_device_pinned_mem_limit 0 2048M\n"
+                                  "nvidia-cuda-mps-control < set_default_active_thread_percentage 50",
+                                  ctl, ctl_d, ctl), 0);
+        ck_assert_str_eq(cmds, want);
+        m = mps_free(m);
+
+        /* While no probe ran, another daemon took the pipe directory (not the one the
+         * limits file names): adopted, limits unknown. */
+        kill_daemon();
+        start_daemon_behind();
+        memset(&states, 0, sizeof(states));
+        m = new_mps();
+        ck_assert_int_eq(mps_adopt(m), 1);
+        run_until_idle(m);
+        ck_assert_int_eq(mps_get_state(m, UUID), MPS_STATE_RUNNING);
+        free(take_commands());
 
         /* Its limits are unknown: a restart starts it without sending any. */
         kill_daemon();
