@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemons/probe/mps.h"
+#include "daemons/probe/mps-systemd.h"
 #include "daemons/probe/nvidia-runner.h"
 #include "daemons/probe/nvidia-smi.h"
 
@@ -44,8 +45,10 @@ typedef enum Step {
         STEP_COMPUTE_MODE,      /* -c EXCLUSIVE_PROCESS */
         STEP_PROBE,             /* get_server_list: a daemon there already? */
         STEP_START,             /* -d */
+        STEP_UNIT_START,        /* RestartUnit kgpu-mps@<uuid>.service */
         STEP_LIMITS,
         STEP_QUIT,
+        STEP_UNIT_STOP,         /* StopUnit kgpu-mps@<uuid>.service */
         STEP_COMPUTE_DEFAULT,   /* -c DEFAULT */
         STEP_CHECK,             /* get_server_list: still alive? */
 } Step;
@@ -67,12 +70,14 @@ typedef struct Entry {
         Mps *mps;
         char *uuid;
         char *base_dir, *pipe_dir, *log_dir;
+        char *unit;             /* kgpu-mps@<uuid>.service */
         MpsState state;
         uint64_t pinned_mib;    /* limits in force while running */
         uint32_t pct;
         bool restarted;         /* the health check restarted it once already */
         Op *op;
         NvidiaRun *run;
+        MpsSystemdJob *job;
         Op *queue;
         unsigned n_queued;
 } Entry;
@@ -83,6 +88,8 @@ struct Mps {
         char *smi_path;
         char *control_path;
         uint64_t timeout_usec;
+        bool systemd;           /* launcher: kgpu-mps@.service units */
+        MpsSystemd *bus;        /* NULL with systemd: no systemd on the bus (each start fails) */
         Entry **entries;
         size_t n_entries;
         sd_event_source *kick_source;
@@ -136,12 +143,14 @@ static Entry *entry_free(Entry *e) {
         if (!e)
                 return NULL;
         e->run = nvidia_run_free(e->run);
+        e->job = mps_systemd_job_free(e->job);
         op_free_list(e->op, -ECANCELED);
         op_free_list(e->queue, -ECANCELED);
         free(e->uuid);
         free(e->base_dir);
         free(e->pipe_dir);
         free(e->log_dir);
+        free(e->unit);
         return mfree(e);
 }
 
@@ -153,6 +162,7 @@ Mps *mps_free(Mps *m) {
         free(m->entries);
         sd_event_source_disable_unref(m->kick_source);
         sd_event_source_disable_unref(m->check_source);
+        mps_systemd_free(m->bus);
         sd_event_unref(m->event);
         free(m->directory);
         free(m->smi_path);
@@ -265,7 +275,8 @@ static int mps_get_entry(Mps *m, const char *uuid, Entry **ret) {
         if (!(e->uuid = strdup(uuid)) ||
             asprintf_safe(&e->base_dir, "%s/%s", m->directory, uuid) < 0 ||
             asprintf_safe(&e->pipe_dir, "%s/pipe", e->base_dir) < 0 ||
-            asprintf_safe(&e->log_dir, "%s/log", e->base_dir) < 0) {
+            asprintf_safe(&e->log_dir, "%s/log", e->base_dir) < 0 ||
+            mps_systemd_unit_name(uuid, &e->unit) < 0) {
                 entry_free(TAKE_PTR(e));
                 return -ENOMEM;
         }
@@ -459,7 +470,7 @@ static int entry_remove_dirs(Entry *e) {
         int r;
 
         if ((r = remove_dir(e->pipe_dir)) < 0 || (r = remove_dir(e->log_dir)) < 0 ||
-            (r = entry_unlink(e, MPS_LIMITS_FILE)) < 0)
+            (r = entry_unlink(e, MPS_LIMITS_FILE)) < 0 || (r = entry_unlink(e, MPS_SYSTEMD_ENVIRONMENT_FILE)) < 0)
                 return r;
         if (rmdir(e->base_dir) < 0 && errno != ENOENT)
                 return -errno;
@@ -542,8 +553,10 @@ static const char *step_name(Step s) {
         case STEP_COMPUTE_MODE:    return "nvidia-smi -c EXCLUSIVE_PROCESS";
         case STEP_PROBE:           return "nvidia-cuda-mps-control get_server_list";
         case STEP_START:           return "nvidia-cuda-mps-control -d";
+        case STEP_UNIT_START:      return "systemd RestartUnit";
         case STEP_LIMITS:          return "nvidia-cuda-mps-control set_default_*";
         case STEP_QUIT:            return "nvidia-cuda-mps-control quit";
+        case STEP_UNIT_STOP:       return "systemd StopUnit";
         case STEP_COMPUTE_DEFAULT: return "nvidia-smi -c DEFAULT";
         case STEP_CHECK:           return "nvidia-cuda-mps-control get_server_list";
         }
@@ -551,6 +564,54 @@ static const char *step_name(Step s) {
 }
 
 static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, void *userdata);
+static void on_job_done(MpsSystemdJob *job, int error, const char *message, void *userdata);
+
+/* A step of the systemd launcher: the unit's environment file, then the job. */
+static void entry_run_job(Entry *e, Step step) {
+        _cleanup_free_ char *msg = NULL;
+        const char *bad = NULL;
+        int r;
+
+        if (!e->mps->bus) {
+                (void) asprintf_safe(&msg, "%s %s: systemd does not answer on the system bus "
+                                     "(nvidia.mpsLauncher is systemd)", step_name(step), e->unit);
+                entry_fail_op(e, -EHOSTDOWN, msg ?: "Out of memory.");
+                return;
+        }
+        if (step == STEP_UNIT_START) {
+                if (!streq(e->mps->directory, MPS_SYSTEMD_DIRECTORY))
+                        (void) asprintf_safe(&msg, "%s %s: the unit reads %s/%s/%s, but the MPS directory is %s "
+                                             "(runtimeDirectory); set nvidia.mpsLauncher to direct",
+                                             step_name(step), e->unit, MPS_SYSTEMD_DIRECTORY, e->uuid,
+                                             MPS_SYSTEMD_ENVIRONMENT_FILE, e->mps->directory);
+                else if (!e->mps->control_path)
+                        (void) asprintf_safe(&msg, "%s %s: nvidia-cuda-mps-control was not found", step_name(step),
+                                             e->unit);
+                else {
+                        r = mps_systemd_write_environment(e->base_dir, e->uuid, e->pipe_dir, e->log_dir,
+                                                          e->mps->control_path, &bad);
+                        if (r == -EINVAL)
+                                (void) asprintf_safe(&msg, "%s %s: %s cannot go into %s/%s: only letters, digits "
+                                                     "and / . _ : + , @ - are taken", step_name(step), e->unit,
+                                                     strna(bad), e->base_dir, MPS_SYSTEMD_ENVIRONMENT_FILE);
+                        else if (r < 0)
+                                (void) asprintf_safe(&msg, "%s %s: cannot write %s/%s: %s", step_name(step), e->unit,
+                                                     e->base_dir, MPS_SYSTEMD_ENVIRONMENT_FILE, strerror(-r));
+                        if (r >= 0)
+                                goto queue;
+                }
+                entry_fail_op(e, -EINVAL, msg ?: "Out of memory.");
+                return;
+        }
+queue:
+        r = mps_systemd_job(e->mps->bus, step == STEP_UNIT_START ? "RestartUnit" : "StopUnit", e->unit,
+                            3 * (e->mps->timeout_usec > 0 ? e->mps->timeout_usec : NVIDIA_RUN_TIMEOUT_USEC_DEFAULT),
+                            on_job_done, e, &e->job);
+        if (r < 0) {
+                (void) asprintf_safe(&msg, "%s %s: %s", step_name(step), e->unit, strerror(-r));
+                entry_fail_op(e, r, msg ?: "Out of memory.");
+        }
+}
 
 static void entry_run_step(Entry *e, Step step) {
         _cleanup_strv_free_ char **env = NULL;
@@ -561,6 +622,10 @@ static void entry_run_step(Entry *e, Step step) {
         int r;
 
         e->op->step = step;
+        if (step == STEP_UNIT_START || step == STEP_UNIT_STOP) {
+                entry_run_job(e, step);
+                return;
+        }
         (void) snprintf(index, sizeof(index), "%" PRIu32, e->op->index);
 
         if (step == STEP_COMPUTE_MODE || step == STEP_COMPUTE_DEFAULT) {
@@ -612,6 +677,11 @@ static void entry_run_step(Entry *e, Step step) {
         }
 }
 
+/* Starts the daemon as the launcher does: -d here, or the unit through systemd. */
+static void entry_start_daemon(Entry *e) {
+        entry_run_step(e, e->mps->systemd ? STEP_UNIT_START : STEP_START);
+}
+
 static void entry_op_begin(Entry *e) {
         Op *op = e->op;
         int r;
@@ -646,7 +716,7 @@ static void entry_op_begin(Entry *e) {
                         entry_fail_op(e, r, "Cannot create the MPS directories.");
                         return;
                 }
-                entry_run_step(e, STEP_START);
+                entry_start_daemon(e);
                 return;
         }
 }
@@ -766,7 +836,7 @@ static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, v
                 }
                 r = reply_status(res, NULL);
                 if (r == -ESRCH && op->step == STEP_PROBE) {
-                        entry_run_step(e, STEP_START);
+                        entry_start_daemon(e);
                         break;
                 }
                 if (r >= 0)
@@ -799,7 +869,7 @@ static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, v
                         r = -EIO;
                 if (r == -ESRCH && !op->started) {
                         /* The daemon we thought running is gone: start it. */
-                        entry_run_step(e, STEP_START);
+                        entry_start_daemon(e);
                         break;
                 }
                 if (r >= 0 && tenths != op->pct * 10) {
@@ -822,8 +892,13 @@ static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, v
                         r = -EIO;
                 if (r < 0 && r != -ESRCH)
                         goto fail;
-                entry_run_step(e, STEP_COMPUTE_DEFAULT);
+                entry_run_step(e, e->mps->systemd ? STEP_UNIT_STOP : STEP_COMPUTE_DEFAULT);
                 break;
+        case STEP_UNIT_START:
+        case STEP_UNIT_STOP:
+                /* systemd jobs, not tool runs: they end in on_job_done(). */
+                r = -EINVAL;
+                goto fail;
         }
         return;
 
@@ -840,6 +915,34 @@ fail_or_dead:
         }
 fail:
         entry_fail_op(e, r, msg ? msg : "Out of memory.");
+}
+
+static void on_job_done(MpsSystemdJob *job, int error, const char *message, void *userdata) {
+        /* The job is done with: freed when this returns. */
+        _cleanup_(mps_systemd_job_freep) _unused_ MpsSystemdJob *finished = job;
+        Entry *e = userdata;
+        Op *op = e->op;
+
+        e->job = NULL;
+        /* A unit systemd does not know is not running: stopped is what was asked for. */
+        if (error == -ENOENT && op->step == STEP_UNIT_STOP)
+                error = 0;
+        if (error < 0) {
+                entry_fail_op(e, error, message ?: "The systemd job failed.");
+                return;
+        }
+        if (op->step == STEP_UNIT_STOP) {
+                entry_run_step(e, STEP_COMPUTE_DEFAULT);
+                return;
+        }
+        /* Type=forking: the job is done once -d returned, i.e. the daemon listens. */
+        op->started = true;
+        if (op->kind == OP_RESTART && op->pinned_mib == 0) {
+                /* An adopted daemon whose limits were never sent: its defaults. */
+                entry_enabled_ok(e);
+                return;
+        }
+        entry_run_step(e, STEP_LIMITS);
 }
 
 int mps_set(Mps *m, const MpsRequest *req, MpsDoneCallback done, void *userdata) {
@@ -948,6 +1051,45 @@ int mps_set_check_interval(Mps *m, uint64_t usec) {
         return 0;
 }
 
+bool mps_uses_systemd(Mps *m) {
+        return m && m->systemd;
+}
+
+int mps_set_launcher(Mps *m, ConfigMpsLauncher launcher) {
+        _cleanup_(mps_systemd_freep) MpsSystemd *bus = NULL;
+        int r = 0;
+
+        if (launcher == MPS_LAUNCHER_DIRECT ||
+            (launcher == MPS_LAUNCHER_AUTO && !streq(m->directory, MPS_SYSTEMD_DIRECTORY))) {
+                log_info("MPS control daemons run as children of the probe (nvidia.mpsLauncher %s%s).",
+                         launcher == MPS_LAUNCHER_DIRECT ? "direct" : "auto: the MPS directory is not ",
+                         launcher == MPS_LAUNCHER_DIRECT ? "" : MPS_SYSTEMD_DIRECTORY);
+                goto direct;
+        }
+        r = mps_systemd_open(m->event, &bus);
+        if (r <= 0 && launcher == MPS_LAUNCHER_AUTO) {
+                log_info("MPS control daemons run as children of the probe (nvidia.mpsLauncher auto: %s).",
+                         r == 0 ? "systemd does not own its name on the system bus" : "no system bus");
+                goto direct;
+        }
+        if (r < 0)
+                log_warning_errno(r, "nvidia.mpsLauncher is systemd, but the system bus cannot be reached, "
+                                  "MPS will fail: %m");
+        else if (r == 0)
+                log_warning("nvidia.mpsLauncher is systemd, but systemd does not own its name on the system bus, "
+                            "MPS will fail.");
+        else
+                log_info("MPS control daemons run as %s instances.", MPS_SYSTEMD_TEMPLATE);
+        m->bus = mps_systemd_free(m->bus);
+        m->bus = TAKE_PTR(bus);
+        m->systemd = true;
+        return 1;
+direct:
+        m->bus = mps_systemd_free(m->bus);
+        m->systemd = false;
+        return 0;
+}
+
 int mps_configure(Mps **mps, sd_event *event, const Config *c, MpsStateCallback state_cb, void *userdata) {
         _cleanup_free_ char *smi = NULL, *control = NULL;
         bool adopt = false;
@@ -972,6 +1114,8 @@ int mps_configure(Mps **mps, sd_event *event, const Config *c, MpsStateCallback 
         r = mps_set_tools(*mps, smi, control);
         if (r < 0)
                 return r;
+        if (adopt && c->nvidia_enabled)
+                (void) mps_set_launcher(*mps, c->nvidia_mps_launcher);
         if (adopt) {
                 r = mps_adopt(*mps);
                 if (r < 0)

@@ -23,6 +23,8 @@
 #  - probe restart: the daemon process keeps running (same pid) and the new probe adopts
 #    it (MpsState "running" with no SetMps, no second daemon, no compute mode change),
 #    with the limits the earlier probe sent: a SetMps with them runs nothing;
+#  - nvidia.mpsLauncher systemd on a bus without systemd: SetMps fails with MpsFailed
+#    saying so, and nothing is started;
 #  - disable: MpsState "" and MpsPipeDirectory "", compute mode Default, daemon quit,
 #    directories removed; the NVIDIA labels are in the feature file.
 # Needs root (other uids on the bus).
@@ -352,6 +354,22 @@ def check_daemon_refuses():
     print('SetMps as daemon on an allow-all bus: refused by the probe itself')
 
 
+def check_systemd_launcher_without_systemd():
+    # Forced to the systemd launcher on a bus where nobody owns org.freedesktop.systemd1
+    # (the test's private bus): a clear MpsFailed, no daemon started.
+    with harness.Node(broker=False, kubelet=False, nvidia_scenario='l40s', resources=[],
+                      config_extra='nvidia:\n  healthIntervalMs: 0\n  mpsLauncher: systemd\n') as n:
+        wait(lambda: gpu(n).get('Vendor') == 'nvidia', 'the L40S')
+        expect_error(set_mps(n, True, GIB, 50), 'io.kgpu.Error.MpsFailed', 'systemd launcher without systemd',
+                     'systemd does not answer on the system bus')
+        cmds = mps_commands(n, 0)
+        check(not any(' -d ' in c for c in cmds), 'a daemon was started: %r' % cmds)
+        check(gpu(n)['MpsState'] == 'failed', 'MpsState %r' % gpu(n)['MpsState'])
+        check(any('nvidia.mpsLauncher is systemd, but systemd does not own its name' in line
+                  for line in n.daemons['probe'].log_text().splitlines()), 'no warning at start')
+    print('nvidia.mpsLauncher systemd without systemd on the bus: MpsFailed naming it, nothing started')
+
+
 def run(node):
     wait(lambda: gpu(node).get('Vendor') == 'nvidia', 'the L40S')
     check_policy(node)
@@ -363,6 +381,7 @@ def run(node):
     check_labels(node)
     check_mig_gpu()
     check_daemon_refuses()
+    check_systemd_launcher_without_systemd()
 
 
 if __name__ == '__main__':

@@ -19,6 +19,7 @@
 
 #include "common/util.h"
 #include "daemons/probe/mps.h"
+#include "daemons/probe/mps-systemd.h"
 
 #define UUID "GPU-00000000-0000-0000-0000-000000000000"
 #define GIB (UINT64_C(1) << 30)
@@ -711,6 +712,55 @@ START_TEST(test_validate_and_cancel) {
 }
 END_TEST
 
+/* The systemd launcher's pure parts: the instance name and the unit's environment file. */
+START_TEST(test_systemd_unit_and_environment) {
+        _cleanup_free_ char *unit = NULL, *base = NULL, *env = NULL, *p = NULL;
+        const char *bad = NULL;
+        Mps *m = new_mps();
+
+        ck_assert_int_eq(mps_systemd_unit_name(UUID, &unit), 0);
+        /* The UUID as it is: %i in the template, no escaping needed. */
+        ck_assert_str_eq(unit, "kgpu-mps@" UUID ".service");
+        ck_assert_int_eq(mps_systemd_unit_name("GPU-0/../x", &p), -EINVAL);
+        ck_assert_int_eq(mps_systemd_unit_name("a b", &p), -EINVAL);
+        ck_assert_int_eq(mps_systemd_unit_name("", &p), -EINVAL);
+        ck_assert_ptr_null(p);
+
+        ck_assert_int_ge(asprintf(&base, "%s/" UUID, mps_dir), 0);
+        ck_assert_int_ge(asprintf(&p, "%s/run", tmpdir), 0);
+        ck_assert_int_eq(mkdir(p, 0755), 0);
+        p = mfree(p);
+        ck_assert_int_eq(mkdir(mps_dir, 0755), 0);
+        ck_assert_int_eq(mkdir(base, 0755), 0);
+        ck_assert_int_eq(mps_systemd_write_environment(base, UUID, pipe_dir, log_dir, "/usr/bin/nvidia-cuda-mps-control",
+                                                       &bad), 0);
+        ck_assert_int_ge(asprintf(&p, "%s/environment", base), 0);
+        ck_assert_int_eq(read_one_line_file_at(AT_FDCWD, p, 4096, &env), 0);
+        ck_assert_ptr_nonnull(strstr(env, "\nCUDA_VISIBLE_DEVICES=" UUID "\n"));
+        ck_assert_ptr_nonnull(strstr(env, "\nKGPU_NVIDIA_MPS_CONTROL=/usr/bin/nvidia-cuda-mps-control"));
+        ck_assert_ptr_nonnull(strstr(env, pipe_dir));
+        /* A value that would need quoting is refused, naming the variable; the file stays. */
+        ck_assert_int_eq(mps_systemd_write_environment(base, UUID, pipe_dir, log_dir, "/opt/my tools/mps-control", &bad),
+                         -EINVAL);
+        ck_assert_str_eq(bad, "KGPU_NVIDIA_MPS_CONTROL");
+        ck_assert_int_eq(mps_systemd_write_environment(base, UUID, "/run/$(x)", log_dir, fake_mps, &bad), -EINVAL);
+        ck_assert_str_eq(bad, "CUDA_MPS_PIPE_DIRECTORY");
+        ck_assert_int_eq(mps_systemd_write_environment(base, UUID, pipe_dir, log_dir, NULL, &bad), -EINVAL);
+        ck_assert_int_eq(access(p, F_OK), 0);
+
+        /* An MPS directory that is not the one the template reads: "auto" runs -d itself,
+         * without asking any bus. */
+        ck_assert_int_eq(mps_set_launcher(m, MPS_LAUNCHER_AUTO), 0);
+        ck_assert(!mps_uses_systemd(m));
+        ck_assert_int_eq(mps_set_launcher(m, MPS_LAUNCHER_DIRECT), 0);
+        /* The disable removes what the launcher wrote there too. */
+        ck_assert_int_eq(set_and_wait(m, true, GIB, 50, NULL), 0);
+        ck_assert_int_eq(set_and_wait(m, false, 0, 0, NULL), 0);
+        ck_assert_int_lt(access(base, F_OK), 0);
+        mps_free(m);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("mps");
         TCase *tc = tcase_create("mps");
@@ -731,6 +781,7 @@ int main(void) {
         tcase_add_test(tc, test_queue_in_order);
         tcase_add_test(tc, test_check_gives_way);
         tcase_add_test(tc, test_validate_and_cancel);
+        tcase_add_test(tc, test_systemd_unit_and_environment);
         suite_add_tcase(s, tc);
         sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
