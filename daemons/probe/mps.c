@@ -89,6 +89,7 @@ struct Mps {
         char *control_path;
         uint64_t timeout_usec;
         bool systemd;           /* launcher: kgpu-mps@.service units */
+        bool launcher_set;      /* decided (mps_set_launcher()) */
         MpsSystemd *bus;        /* NULL with systemd: no systemd on the bus (each start fails) */
         Entry **entries;
         size_t n_entries;
@@ -1059,6 +1060,7 @@ int mps_set_launcher(Mps *m, ConfigMpsLauncher launcher) {
         _cleanup_(mps_systemd_freep) MpsSystemd *bus = NULL;
         int r = 0;
 
+        m->launcher_set = true;
         if (launcher == MPS_LAUNCHER_DIRECT ||
             (launcher == MPS_LAUNCHER_AUTO && !streq(m->directory, MPS_SYSTEMD_DIRECTORY))) {
                 log_info("MPS control daemons run as children of the probe (nvidia.mpsLauncher %s%s).",
@@ -1114,7 +1116,7 @@ int mps_configure(Mps **mps, sd_event *event, const Config *c, MpsStateCallback 
         r = mps_set_tools(*mps, smi, control);
         if (r < 0)
                 return r;
-        if (adopt && c->nvidia_enabled)
+        if (c->nvidia_enabled && !(*mps)->launcher_set)
                 (void) mps_set_launcher(*mps, c->nvidia_mps_launcher);
         if (adopt) {
                 r = mps_adopt(*mps);

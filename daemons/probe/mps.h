@@ -45,8 +45,8 @@
  * "running" and disables it, stopping its unit (a disable also runs for an "off" GPU
  * whose directories exist). No second daemon is ever started next to one that answers.
  *
- * Launchers (nvidia.mpsLauncher, decided once, when mps_configure() creates the
- * controller): "systemd" uses kgpu-mps@.service (mps-systemd.h: why, and how the values
+ * Launchers (nvidia.mpsLauncher, decided once, by the first mps_configure() with NVIDIA
+ * enabled): "systemd" uses kgpu-mps@.service (mps-systemd.h: why, and how the values
  * reach the unit); "direct" runs -d itself; "auto" is "systemd" when
  * org.freedesktop.systemd1 owns its name on the probe's system bus and the MPS directory
  * is the one the template reads (MPS_SYSTEMD_DIRECTORY), else "direct" (tests on a
