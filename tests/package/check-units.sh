@@ -42,11 +42,12 @@ debdir=$("$src/tests/package/build-packages.sh" deb "$src" "$build/tests/package
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 dpkg-deb -x "$debdir"/kgpu_*.deb "$root"
-# verify resolves ExecStart=, ExecReload= and the units ours depend on inside the
-# root: give it those programs and the host's systemd units (ours win).
+# verify resolves ExecStart=, ExecReload=, ExecStop= (kill, sh) and the units ours
+# depend on inside the root: give it those programs and the host's systemd units (ours
+# win).
 mkdir -p "$root/usr/lib/systemd/system"
 cp -rn /lib/systemd/system/. "$root/usr/lib/systemd/system/" 2>/dev/null || true
-for p in /bin/kill /usr/bin/kill; do
+for p in /bin/kill /usr/bin/kill /bin/sh; do
         [ -x "$p" ] && mkdir -p "$root$(dirname "$p")" && cp "$p" "$root$p"
 done
 err=$(cd "$root" && systemd-analyze verify --root="$root" --man=no \
