@@ -105,12 +105,14 @@ def allocations():
 # data/nvidia, scenario l40s: one GPU) stand in for the driver: the probe runs them
 # through a drop-in, kgpu-mps@.service through another (the fake's own variables only:
 # the unit's CUDA_* and tool path come from the EnvironmentFile the probe writes). The
-# broker gets the MPS slices of test_nvidia_mps.py. Checked: the control daemon runs in
-# its own unit, not in the probe's cgroup; `systemctl restart kgpu-probed` (and reload)
-# leaves that process alone (same pid, unit not restarted), the new probe adopts it
-# (MpsState running, no second -d, no limits sent again) and Allocate of an MPS slice
-# is still answered with the pipe directory; taking MPS out of the config stops the unit.
-# The probe holds no capabilities for any of this.
+# broker gets the MPS slices of test_nvidia_mps.py. Checked: a unit that fails to start
+# is MpsFailed with the job's result (a drop-in with ExecStartPre=/bin/false, then
+# removed); the control daemon runs in its own unit, not in the probe's cgroup;
+# `systemctl restart kgpu-probed` (and reload) leaves that process alone (same pid, unit
+# not restarted), the new probe adopts it (MpsState running, no second -d, no limits
+# sent again) and Allocate of an MPS slice is still answered with the pipe directory;
+# taking MPS out of the config stops the unit. The probe holds no capabilities for any
+# of this.
 MPS_GPU = 'GPU-00000000-0000-0000-0000-000000000000'   # the L40S of scenario l40s
 MPS_UNIT = 'kgpu-mps@%s.service' % MPS_GPU
 MPS_RES = 'nvidia.com/gpu-2gb'
@@ -171,6 +173,10 @@ def check_mps_survives_probe_restart():
     os.makedirs('/etc/systemd/system/kgpu-mps@.service.d', exist_ok=True)
     with open('/etc/systemd/system/kgpu-mps@.service.d/fake-nvidia.conf', 'w') as f:
         f.write('[Service]\n' + fake_env)
+    # First the unit cannot start: the probe must read the job's result, not assume.
+    failing = '/etc/systemd/system/kgpu-mps@.service.d/zz-fail.conf'
+    with open(failing, 'w') as f:
+        f.write('[Service]\nExecStartPre=/bin/false\n')
     with open('/etc/kgpu/kgpu.yaml') as f:
         config = f.read()
     with open('/etc/kgpu/kgpu.yaml', 'w') as f:
@@ -191,6 +197,15 @@ def check_mps_survives_probe_restart():
         except TimeoutError as e:
             check(False, 'kubelet simulator got Register for %s' % MPS_RES, str(e))
             return
+        failed = wait(lambda: mps_gpu_prop('MpsState') == 'failed', 30, 'MPS failed')
+        refusal = "the job ended with result 'failed' (see journalctl -u %s)" % MPS_UNIT
+        check(failed and refusal in sh('journalctl', '--no-pager', '-o', 'cat', '-u', 'kgpu-brokerd.service',
+                                       check_rc=False).stdout,
+              'a unit that fails to start: MpsState failed, MpsFailed naming the unit and the job result',
+              'MpsState %r' % mps_gpu_prop('MpsState'))
+        os.unlink(failing)
+        sh('systemctl', 'daemon-reload')
+        sh('systemctl', 'reload', 'kgpu-brokerd.service', check_rc=False, timeout=60)   # asks again
         running = wait(lambda: mps_gpu_prop('MpsState') == 'running', 30, 'MPS running')
         pid = mps_daemon_pid()
         check(running and pid > 0, 'MPS running on %s, control daemon pid %d' % (MPS_GPU, pid),
