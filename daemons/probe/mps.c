@@ -88,8 +88,9 @@ struct Mps {
         char *smi_path;
         char *control_path;
         uint64_t timeout_usec;
-        bool systemd;           /* launcher: kgpu-mps@.service units */
+        ConfigMpsLauncher launcher; /* as configured, until decided */
         bool launcher_set;      /* decided (mps_set_launcher()) */
+        bool systemd;           /* the decision: kgpu-mps@.service units */
         MpsSystemd *bus;        /* NULL with systemd: no systemd on the bus (each start fails) */
         Entry **entries;
         size_t n_entries;
@@ -183,6 +184,7 @@ int mps_new(sd_event *event, const char *mps_directory, MpsStateCallback state_c
         if (!m)
                 return -ENOMEM;
         m->event = sd_event_ref(event);
+        m->launcher = MPS_LAUNCHER_DIRECT;
         m->state_cb = state_cb;
         m->userdata = userdata;
         m->directory = strdup(mps_directory);
@@ -678,9 +680,17 @@ static void entry_run_step(Entry *e, Step step) {
         }
 }
 
+/* The launcher, decided the first time a daemon is started or stopped: a node that
+ * never runs MPS never asks the bus about systemd. */
+static bool mps_launcher_is_systemd(Mps *m) {
+        if (!m->launcher_set)
+                (void) mps_set_launcher(m, m->launcher);
+        return m->systemd;
+}
+
 /* Starts the daemon as the launcher does: -d here, or the unit through systemd. */
 static void entry_start_daemon(Entry *e) {
-        entry_run_step(e, e->mps->systemd ? STEP_UNIT_START : STEP_START);
+        entry_run_step(e, mps_launcher_is_systemd(e->mps) ? STEP_UNIT_START : STEP_START);
 }
 
 static void entry_op_begin(Entry *e) {
@@ -893,7 +903,7 @@ static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, v
                         r = -EIO;
                 if (r < 0 && r != -ESRCH)
                         goto fail;
-                entry_run_step(e, e->mps->systemd ? STEP_UNIT_STOP : STEP_COMPUTE_DEFAULT);
+                entry_run_step(e, mps_launcher_is_systemd(e->mps) ? STEP_UNIT_STOP : STEP_COMPUTE_DEFAULT);
                 break;
         case STEP_UNIT_START:
         case STEP_UNIT_STOP:
@@ -1116,8 +1126,8 @@ int mps_configure(Mps **mps, sd_event *event, const Config *c, MpsStateCallback 
         r = mps_set_tools(*mps, smi, control);
         if (r < 0)
                 return r;
-        if (c->nvidia_enabled && !(*mps)->launcher_set)
-                (void) mps_set_launcher(*mps, c->nvidia_mps_launcher);
+        if (!(*mps)->launcher_set)
+                (*mps)->launcher = c->nvidia_mps_launcher;
         if (adopt) {
                 r = mps_adopt(*mps);
                 if (r < 0)

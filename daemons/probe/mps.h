@@ -45,8 +45,8 @@
  * "running" and disables it, stopping its unit (a disable also runs for an "off" GPU
  * whose directories exist). No second daemon is ever started next to one that answers.
  *
- * Launchers (nvidia.mpsLauncher, decided once, by the first mps_configure() with NVIDIA
- * enabled): "systemd" uses kgpu-mps@.service (mps-systemd.h: why, and how the values
+ * Launchers (nvidia.mpsLauncher, as configured when it is decided: once, the first time
+ * a daemon is started or stopped, so a node without MPS never asks the bus): "systemd" uses kgpu-mps@.service (mps-systemd.h: why, and how the values
  * reach the unit); "direct" runs -d itself; "auto" is "systemd" when
  * org.freedesktop.systemd1 owns its name on the probe's system bus and the MPS directory
  * is the one the template reads (MPS_SYSTEMD_DIRECTORY), else "direct" (tests on a
@@ -114,9 +114,10 @@ void mps_set_timeout(Mps *m, uint64_t usec);
  * health tick instead). */
 int mps_set_check_interval(Mps *m, uint64_t usec);
 
-/* Decides the launcher (see above). Returns 1 for systemd units, 0 for direct. With
- * MPS_LAUNCHER_SYSTEMD and no systemd on the bus it still returns 1: every start then
- * fails with a message saying why. Logs the choice (info). mps_new() starts "direct". */
+/* Decides the launcher now (see above; otherwise the first start or stop does, with the
+ * configured one, "direct" after mps_new()). Returns 1 for systemd units, 0 for direct.
+ * With MPS_LAUNCHER_SYSTEMD and no systemd on the bus it still returns 1: every start
+ * then fails with a message saying why. Logs the choice (info). */
 int mps_set_launcher(Mps *m, ConfigMpsLauncher launcher);
 bool mps_uses_systemd(Mps *m);
 
@@ -124,8 +125,8 @@ bool mps_uses_systemd(Mps *m);
  * is kept on later calls, as running daemons' pipe directories cannot move), then sets
  * the tools (nvidia.mpsControlPath / nvidia.smiPath, else found under the driver root;
  * none when nvidia.enabled is false) and the check interval (nvidia.healthIntervalMs);
- * on the first call with nvidia.enabled also the launcher (nvidia.mpsLauncher: a later
- * change takes effect at the next start, as the running daemons stay where they are). */
+ * and the launcher to use (nvidia.mpsLauncher) until it is decided (a change after that
+ * takes effect at the next start of the probe: running daemons stay where they are). */
 int mps_configure(Mps **mps, sd_event *event, const Config *c, MpsStateCallback state_cb, void *userdata);
 
 /* -EINVAL with a message (caller frees) for: a UUID that is no GPU UUID; enabled with a

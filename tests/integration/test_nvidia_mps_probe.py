@@ -366,7 +366,7 @@ def check_systemd_launcher_without_systemd():
         check(not any(' -d ' in c for c in cmds), 'a daemon was started: %r' % cmds)
         check(gpu(n)['MpsState'] == 'failed', 'MpsState %r' % gpu(n)['MpsState'])
         check(any('nvidia.mpsLauncher is systemd, but systemd does not own its name' in line
-                  for line in n.daemons['probe'].log_text().splitlines()), 'no warning at start')
+                  for line in n.daemons['probe'].log_text().splitlines()), 'no warning in the log')
     print('nvidia.mpsLauncher systemd without systemd on the bus: MpsFailed naming it, nothing started')
 
 
