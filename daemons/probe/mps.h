@@ -45,12 +45,13 @@
  * "running" and disables it, stopping its unit (a disable also runs for an "off" GPU
  * whose directories exist). No second daemon is ever started next to one that answers.
  *
- * Launchers (nvidia.mpsLauncher, as configured when it is decided: once, the first time
- * a daemon is started or stopped, so a node without MPS never asks the bus): "systemd" uses kgpu-mps@.service (mps-systemd.h: why, and how the values
- * reach the unit); "direct" runs -d itself; "auto" is "systemd" when
- * org.freedesktop.systemd1 owns its name on the probe's system bus and the MPS directory
- * is the one the template reads (MPS_SYSTEMD_DIRECTORY), else "direct" (tests on a
- * private bus, hosts without systemd as PID 1).
+ * Launchers (nvidia.mpsLauncher as configured when it is decided: once, the first time
+ * a daemon is started or stopped, so a node without MPS never asks the bus; that one
+ * GetNameOwner call is synchronous): "systemd" uses kgpu-mps@.service (mps-systemd.h:
+ * why, and how the values reach the unit); "direct" runs -d itself; "auto" is
+ * "systemd" when org.freedesktop.systemd1 owns its name on the probe's system bus and
+ * the MPS directory is the one the template reads (MPS_SYSTEMD_DIRECTORY), else
+ * "direct" (tests on a private bus, hosts without systemd as PID 1).
  *
  * Requests for one GPU run one at a time in arrival order (a queue of at most
  * MPS_QUEUE_MAX per GPU; a running health check is abandoned for a request).
