@@ -111,8 +111,9 @@ def allocations():
 # `systemctl restart kgpu-probed` (and reload) leaves that process alone (same pid, unit
 # not restarted), the new probe adopts it (MpsState running, no second -d, no limits
 # sent again) and Allocate of an MPS slice is still answered with the pipe directory;
-# taking MPS out of the config stops the unit. The probe holds no capabilities for any
-# of this.
+# `systemctl stop` of the unit quits the daemon (ExecStop=) and the probe's health check
+# starts it again with its limits; taking MPS out of the config stops the unit. The
+# probe holds no capabilities for any of this.
 MPS_GPU = 'GPU-00000000-0000-0000-0000-000000000000'   # the L40S of scenario l40s
 MPS_UNIT = 'kgpu-mps@%s.service' % MPS_GPU
 MPS_RES = 'nvidia.com/gpu-2gb'
@@ -269,6 +270,23 @@ def check_mps_survives_probe_restart():
                       'after %s: Allocate of an MPS slice still answered' % action, repr(ans))
             except Exception as e:  # grpc.RpcError
                 check(False, 'after %s: Allocate of an MPS slice still answered' % action, repr(e))
+
+        # An operator stops the unit: ExecStop= asks the daemon to quit (its pid file
+        # goes, which a SIGTERM would leave); the probe's health check starts the unit
+        # again and sends the limits.
+        n_cmds = len(mps_fake_commands())
+        p = sh('systemctl', 'stop', MPS_UNIT, check_rc=False, timeout=60)
+        check(p.returncode == 0 and 'nvidia-cuda-mps-control < quit' in mps_fake_commands()[n_cmds:] and
+              mps_daemon_pid() == 0 and not os.path.exists('/proc/%d' % pid),
+              'systemctl stop %s: ExecStop= quit the daemon' % MPS_UNIT, repr(mps_fake_commands()[n_cmds:]))
+        back = wait(lambda: mps_daemon_pid() not in (0, pid) and unit_prop(MPS_UNIT, 'ActiveState') == 'active' and
+                    any('set_default_active_thread_percentage' in c for c in mps_fake_commands()[n_cmds:]), 30,
+                    'restarted')
+        check(back and mps_gpu_prop('MpsState') == 'running',
+              'the probe\'s health check started %s again with its limits' % MPS_UNIT,
+              'pid %d, unit %s, %r' % (mps_daemon_pid(), unit_prop(MPS_UNIT, 'ActiveState'),
+                                        mps_fake_commands()[n_cmds:]))
+        pid = mps_daemon_pid()
 
         # MPS out of the config: the probe quits the daemon and stops its unit.
         with open('/etc/kgpu/kgpu.yaml', 'w') as f:
