@@ -85,6 +85,13 @@ static const char * const device_list_strategy_names[] = {
         "envvar", "volume-mounts", "cdi-annotations", "cdi-cri", NULL
 };
 
+static const char * const mps_launcher_names[] = {
+        [MPS_LAUNCHER_AUTO] = "auto",
+        [MPS_LAUNCHER_SYSTEMD] = "systemd",
+        [MPS_LAUNCHER_DIRECT] = "direct",
+        NULL
+};
+
 static const char * const device_discovery_strategy_names[] = { "auto", "nvml", NULL };
 
 static const ConfigOption options[] = {
@@ -173,6 +180,10 @@ static const ConfigOption options[] = {
           "nvidia-smi to run (default: found under the driver root)" },
         { "nvidia.mpsControlPath", { "KGPU_NVIDIA_MPS_CONTROL" }, "nvidia-mps-control-path", OPTION_PATH,
           OFF(nvidia_mps_control_path), NULL, 0, 0, "nvidia-cuda-mps-control to run (default: found under the driver root)" },
+        { "nvidia.mpsLauncher", { "KGPU_NVIDIA_MPS_LAUNCHER" }, "nvidia-mps-launcher", OPTION_ENUM,
+          OFF(nvidia_mps_launcher), "auto", 0, 0,
+          "how MPS control daemons run: auto, systemd (kgpu-mps@.service units) or direct (children of the probe)",
+          mps_launcher_names },
         { "nvidia.healthIntervalMs", { "KGPU_NVIDIA_HEALTH_INTERVAL_MS" }, "nvidia-health-interval-ms", OPTION_UINT32,
           OFF(nvidia_health_interval_ms), "10000", 0, 86400000, "milliseconds between nvidia-smi health polls (0: none)" },
         { "nvidia.healthRecoverPolls", { "KGPU_NVIDIA_HEALTH_RECOVER_POLLS" }, "nvidia-health-recover-polls",
@@ -505,6 +516,7 @@ static int option_set(Config *c, const ConfigOption *o, const char *value, const
                         }
                 *ret_why = o->names == mig_strategy_names ? "expected none, single or mixed" :
                            o->names == device_id_strategy_names ? "expected uuid or index" :
+                           o->names == mps_launcher_names ? "expected auto, systemd or direct" :
                            "expected distributed or packed";
                 return -EINVAL;
 

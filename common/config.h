@@ -64,6 +64,13 @@ typedef enum ConfigDeviceIdStrategy {
 #define DEVICE_LIST_STRATEGY_CDI_CRI         (1U << 3)  /* ContainerAllocateResponse.cdi_devices */
 
 /* replica placement for GetPreferredAllocation of shared (replicated) NVIDIA resources. */
+/* How the probe runs MPS control daemons (mps.c, mps-systemd.c). */
+typedef enum ConfigMpsLauncher {
+        MPS_LAUNCHER_AUTO,              /* systemd when it answers on the probe's bus, else direct */
+        MPS_LAUNCHER_SYSTEMD,           /* kgpu-mps@<uuid>.service through systemd's D-Bus API */
+        MPS_LAUNCHER_DIRECT,            /* nvidia-cuda-mps-control -d from the probe */
+} ConfigMpsLauncher;
+
 typedef enum ConfigReplicaPolicy {
         REPLICA_POLICY_DISTRIBUTED,     /* spread over the GPUs with the fewest replicas in use */
         REPLICA_POLICY_PACKED,          /* fill the GPU with the most replicas in use first */
@@ -144,6 +151,7 @@ typedef struct Config {
         char *nvidia_cdi_annotation_prefix; /* flags.plugin.cdiAnnotationPrefix, CDI_ANNOTATION_PREFIX (default "cdi.k8s.io/") */
         char *nvidia_smi_path;          /* nvidia.smiPath, KGPU_NVIDIA_SMI (default: found under the driver root) */
         char *nvidia_mps_control_path;  /* nvidia.mpsControlPath, KGPU_NVIDIA_MPS_CONTROL (default: found likewise) */
+        ConfigMpsLauncher nvidia_mps_launcher; /* nvidia.mpsLauncher, KGPU_NVIDIA_MPS_LAUNCHER: auto (default) | systemd | direct */
         uint32_t nvidia_health_interval_ms; /* nvidia.healthIntervalMs, KGPU_NVIDIA_HEALTH_INTERVAL_MS (default 10000, 0: no polling) */
         uint32_t nvidia_health_recover_polls; /* nvidia.healthRecoverPolls (default 3): good polls before Healthy again */
         ConfigReplicaPolicy nvidia_replica_policy; /* nvidia.replicaPolicy: distributed (default) | packed */

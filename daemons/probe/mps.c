@@ -22,11 +22,14 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemons/probe/mps.h"
+#include "daemons/probe/mps-systemd.h"
 #include "daemons/probe/nvidia-runner.h"
 #include "daemons/probe/nvidia-smi.h"
 
 #define MPS_ENTRIES_MAX NVIDIA_GPUS_MAX
 #define MPS_OUTPUT_MAX  (64U * 1024U)
+#define MPS_PID_FILE    "nvidia-cuda-mps-control.pid"   /* the daemon's, in its pipe directory */
+#define MPS_LIMITS_FILE "limits"                        /* ours: "<pid> <MiB> <pct>" */
 
 extern char **environ;
 
@@ -42,8 +45,10 @@ typedef enum Step {
         STEP_COMPUTE_MODE,      /* -c EXCLUSIVE_PROCESS */
         STEP_PROBE,             /* get_server_list: a daemon there already? */
         STEP_START,             /* -d */
+        STEP_UNIT_START,        /* RestartUnit kgpu-mps@<uuid>.service */
         STEP_LIMITS,
         STEP_QUIT,
+        STEP_UNIT_STOP,         /* StopUnit kgpu-mps@<uuid>.service */
         STEP_COMPUTE_DEFAULT,   /* -c DEFAULT */
         STEP_CHECK,             /* get_server_list: still alive? */
 } Step;
@@ -65,12 +70,14 @@ typedef struct Entry {
         Mps *mps;
         char *uuid;
         char *base_dir, *pipe_dir, *log_dir;
+        char *unit;             /* kgpu-mps@<uuid>.service */
         MpsState state;
         uint64_t pinned_mib;    /* limits in force while running */
         uint32_t pct;
         bool restarted;         /* the health check restarted it once already */
         Op *op;
         NvidiaRun *run;
+        MpsSystemdJob *job;
         Op *queue;
         unsigned n_queued;
 } Entry;
@@ -81,6 +88,10 @@ struct Mps {
         char *smi_path;
         char *control_path;
         uint64_t timeout_usec;
+        ConfigMpsLauncher launcher; /* as configured, until decided */
+        bool launcher_set;      /* decided (mps_set_launcher()) */
+        bool systemd;           /* the decision: kgpu-mps@.service units */
+        MpsSystemd *bus;        /* NULL with systemd: no systemd on the bus (each start fails) */
         Entry **entries;
         size_t n_entries;
         sd_event_source *kick_source;
@@ -134,12 +145,14 @@ static Entry *entry_free(Entry *e) {
         if (!e)
                 return NULL;
         e->run = nvidia_run_free(e->run);
+        e->job = mps_systemd_job_free(e->job);
         op_free_list(e->op, -ECANCELED);
         op_free_list(e->queue, -ECANCELED);
         free(e->uuid);
         free(e->base_dir);
         free(e->pipe_dir);
         free(e->log_dir);
+        free(e->unit);
         return mfree(e);
 }
 
@@ -151,6 +164,7 @@ Mps *mps_free(Mps *m) {
         free(m->entries);
         sd_event_source_disable_unref(m->kick_source);
         sd_event_source_disable_unref(m->check_source);
+        mps_systemd_free(m->bus);
         sd_event_unref(m->event);
         free(m->directory);
         free(m->smi_path);
@@ -170,6 +184,7 @@ int mps_new(sd_event *event, const char *mps_directory, MpsStateCallback state_c
         if (!m)
                 return -ENOMEM;
         m->event = sd_event_ref(event);
+        m->launcher = MPS_LAUNCHER_DIRECT;
         m->state_cb = state_cb;
         m->userdata = userdata;
         m->directory = strdup(mps_directory);
@@ -263,7 +278,8 @@ static int mps_get_entry(Mps *m, const char *uuid, Entry **ret) {
         if (!(e->uuid = strdup(uuid)) ||
             asprintf_safe(&e->base_dir, "%s/%s", m->directory, uuid) < 0 ||
             asprintf_safe(&e->pipe_dir, "%s/pipe", e->base_dir) < 0 ||
-            asprintf_safe(&e->log_dir, "%s/log", e->base_dir) < 0) {
+            asprintf_safe(&e->log_dir, "%s/log", e->base_dir) < 0 ||
+            mps_systemd_unit_name(uuid, &e->unit) < 0) {
                 entry_free(TAKE_PTR(e));
                 return -ENOMEM;
         }
@@ -443,14 +459,75 @@ static int remove_dir(const char *dir) {
         return 0;
 }
 
+static int entry_unlink(Entry *e, const char *name) {
+        _cleanup_free_ char *p = NULL;
+
+        if (asprintf_safe(&p, "%s/%s", e->base_dir, name) < 0)
+                return -ENOMEM;
+        if (unlink(p) < 0 && errno != ENOENT)
+                return -errno;
+        return 0;
+}
+
 static int entry_remove_dirs(Entry *e) {
         int r;
 
-        if ((r = remove_dir(e->pipe_dir)) < 0 || (r = remove_dir(e->log_dir)) < 0)
+        if ((r = remove_dir(e->pipe_dir)) < 0 || (r = remove_dir(e->log_dir)) < 0 ||
+            (r = entry_unlink(e, MPS_LIMITS_FILE)) < 0 || (r = entry_unlink(e, MPS_SYSTEMD_ENVIRONMENT_FILE)) < 0)
                 return r;
         if (rmdir(e->base_dir) < 0 && errno != ENOENT)
                 return -errno;
         return 0;
+}
+
+/* The daemon's pid from the pid file it keeps in its pipe directory, 0 if unreadable. */
+static pid_t entry_daemon_pid(Entry *e) {
+        _cleanup_free_ char *p = NULL, *line = NULL;
+        uint32_t v;
+
+        if (asprintf_safe(&p, "%s/%s", e->pipe_dir, MPS_PID_FILE) < 0 ||
+            read_one_line_file_at(AT_FDCWD, p, 32, &line) < 0 ||
+            safe_atou32(line, &v) < 0 || v == 0 || v > INT32_MAX)
+                return 0;
+        return (pid_t) v;
+}
+
+/* Remembers the limits sent to the daemon now running, for a later probe's adoption. */
+static void entry_save_limits(Entry *e) {
+        _cleanup_free_ char *p = NULL, *text = NULL;
+        pid_t pid = entry_daemon_pid(e);
+        int r;
+
+        if (asprintf_safe(&p, "%s/%s", e->base_dir, MPS_LIMITS_FILE) < 0)
+                return;
+        if (pid <= 0) {
+                (void) unlink(p);
+                return;
+        }
+        if (asprintf_safe(&text, "%d %" PRIu64 " %" PRIu32 "\n", (int) pid, e->pinned_mib, e->pct) < 0)
+                return;
+        r = write_file_atomic_at(AT_FDCWD, p, text, strlen(text), 0644);
+        if (r < 0)
+                log_debug_errno(r, "Failed to write %s, ignoring: %m", p);
+}
+
+/* The limits an earlier probe sent to the daemon that runs now (same pid), or 0/0. */
+static void entry_load_limits(Entry *e) {
+        _cleanup_free_ char *p = NULL, *line = NULL;
+        unsigned long long mib = 0;
+        unsigned pct = 0;
+        int pid = 0;
+
+        e->pinned_mib = 0;
+        e->pct = 0;
+        if (asprintf_safe(&p, "%s/%s", e->base_dir, MPS_LIMITS_FILE) < 0 ||
+            read_one_line_file_at(AT_FDCWD, p, 128, &line) < 0 ||
+            sscanf(line, "%d %llu %u", &pid, &mib, &pct) != 3)
+                return;
+        if (pid <= 0 || pid != entry_daemon_pid(e) || mib == 0 || pct < 1 || pct > 100)
+                return;
+        e->pinned_mib = mib;
+        e->pct = pct;
 }
 
 /* environ without the MPS variables, plus ours for this GPU. */
@@ -479,8 +556,10 @@ static const char *step_name(Step s) {
         case STEP_COMPUTE_MODE:    return "nvidia-smi -c EXCLUSIVE_PROCESS";
         case STEP_PROBE:           return "nvidia-cuda-mps-control get_server_list";
         case STEP_START:           return "nvidia-cuda-mps-control -d";
+        case STEP_UNIT_START:      return "systemd RestartUnit";
         case STEP_LIMITS:          return "nvidia-cuda-mps-control set_default_*";
         case STEP_QUIT:            return "nvidia-cuda-mps-control quit";
+        case STEP_UNIT_STOP:       return "systemd StopUnit";
         case STEP_COMPUTE_DEFAULT: return "nvidia-smi -c DEFAULT";
         case STEP_CHECK:           return "nvidia-cuda-mps-control get_server_list";
         }
@@ -488,6 +567,54 @@ static const char *step_name(Step s) {
 }
 
 static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, void *userdata);
+static void on_job_done(MpsSystemdJob *job, int error, const char *message, void *userdata);
+
+/* A step of the systemd launcher: the unit's environment file, then the job. */
+static void entry_run_job(Entry *e, Step step) {
+        _cleanup_free_ char *msg = NULL;
+        const char *bad = NULL;
+        int r;
+
+        if (!e->mps->bus) {
+                (void) asprintf_safe(&msg, "%s %s: systemd does not answer on the system bus "
+                                     "(nvidia.mpsLauncher is systemd)", step_name(step), e->unit);
+                entry_fail_op(e, -EHOSTDOWN, msg ?: "Out of memory.");
+                return;
+        }
+        if (step == STEP_UNIT_START) {
+                if (!streq(e->mps->directory, MPS_SYSTEMD_DIRECTORY))
+                        (void) asprintf_safe(&msg, "%s %s: the unit reads %s/%s/%s, but the MPS directory is %s "
+                                             "(runtimeDirectory); set nvidia.mpsLauncher to direct",
+                                             step_name(step), e->unit, MPS_SYSTEMD_DIRECTORY, e->uuid,
+                                             MPS_SYSTEMD_ENVIRONMENT_FILE, e->mps->directory);
+                else if (!e->mps->control_path)
+                        (void) asprintf_safe(&msg, "%s %s: nvidia-cuda-mps-control was not found", step_name(step),
+                                             e->unit);
+                else {
+                        r = mps_systemd_write_environment(e->base_dir, e->uuid, e->pipe_dir, e->log_dir,
+                                                          e->mps->control_path, &bad);
+                        if (r == -EINVAL)
+                                (void) asprintf_safe(&msg, "%s %s: %s cannot go into %s/%s: only letters, digits "
+                                                     "and / . _ : + , @ - are taken", step_name(step), e->unit,
+                                                     strna(bad), e->base_dir, MPS_SYSTEMD_ENVIRONMENT_FILE);
+                        else if (r < 0)
+                                (void) asprintf_safe(&msg, "%s %s: cannot write %s/%s: %s", step_name(step), e->unit,
+                                                     e->base_dir, MPS_SYSTEMD_ENVIRONMENT_FILE, strerror(-r));
+                        if (r >= 0)
+                                goto queue;
+                }
+                entry_fail_op(e, -EINVAL, msg ?: "Out of memory.");
+                return;
+        }
+queue:
+        r = mps_systemd_job(e->mps->bus, step == STEP_UNIT_START ? "RestartUnit" : "StopUnit", e->unit,
+                            3 * (e->mps->timeout_usec > 0 ? e->mps->timeout_usec : NVIDIA_RUN_TIMEOUT_USEC_DEFAULT),
+                            on_job_done, e, &e->job);
+        if (r < 0) {
+                (void) asprintf_safe(&msg, "%s %s: %s", step_name(step), e->unit, strerror(-r));
+                entry_fail_op(e, r, msg ?: "Out of memory.");
+        }
+}
 
 static void entry_run_step(Entry *e, Step step) {
         _cleanup_strv_free_ char **env = NULL;
@@ -498,6 +625,10 @@ static void entry_run_step(Entry *e, Step step) {
         int r;
 
         e->op->step = step;
+        if (step == STEP_UNIT_START || step == STEP_UNIT_STOP) {
+                entry_run_job(e, step);
+                return;
+        }
         (void) snprintf(index, sizeof(index), "%" PRIu32, e->op->index);
 
         if (step == STEP_COMPUTE_MODE || step == STEP_COMPUTE_DEFAULT) {
@@ -549,6 +680,19 @@ static void entry_run_step(Entry *e, Step step) {
         }
 }
 
+/* The launcher, decided the first time a daemon is started or stopped: a node that
+ * never runs MPS never asks the bus about systemd. */
+static bool mps_launcher_is_systemd(Mps *m) {
+        if (!m->launcher_set)
+                (void) mps_set_launcher(m, m->launcher);
+        return m->systemd;
+}
+
+/* Starts the daemon as the launcher does: -d here, or the unit through systemd. */
+static void entry_start_daemon(Entry *e) {
+        entry_run_step(e, mps_launcher_is_systemd(e->mps) ? STEP_UNIT_START : STEP_START);
+}
+
 static void entry_op_begin(Entry *e) {
         Op *op = e->op;
         int r;
@@ -583,7 +727,7 @@ static void entry_op_begin(Entry *e) {
                         entry_fail_op(e, r, "Cannot create the MPS directories.");
                         return;
                 }
-                entry_run_step(e, STEP_START);
+                entry_start_daemon(e);
                 return;
         }
 }
@@ -613,6 +757,14 @@ static void entry_enabled_ok(Entry *e) {
                 e->restarted = false;
         entry_set_state(e, MPS_STATE_RUNNING, NULL);
         entry_finish_op(e, 0, NULL);
+}
+
+/* The control tool's answer: -ESRCH when either stream says no daemon runs (the real
+ * tool writes that on stderr), else what stdout says (nvidia_mps_parse_reply()). */
+static int reply_status(const NvidiaRunResult *res, char **perr) {
+        if (nvidia_mps_parse_reply(res->err, res->err_len, NULL) == -ESRCH)
+                return -ESRCH;
+        return nvidia_mps_parse_reply(res->out, res->out_len, perr);
 }
 
 static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, void *userdata) {
@@ -677,20 +829,25 @@ static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, v
                         if (op->step == STEP_PROBE)
                                 entry_run_step(e, STEP_LIMITS);
                         else if (op->kind == OP_ADOPT) {
-                                /* Left by an earlier probe: ours again, limits unknown until
-                                 * the next SetMps sends them. */
-                                log_info("Adopted the running MPS control daemon of GPU %s.", e->uuid);
-                                e->pinned_mib = 0;
-                                e->pct = 0;
+                                /* Left by an earlier probe: ours again, with the limits that
+                                 * probe sent if its record names this very daemon, else
+                                 * unknown until the next SetMps sends them. */
+                                entry_load_limits(e);
+                                if (e->pinned_mib > 0)
+                                        log_info("Adopted the running MPS control daemon of GPU %s (limits %" PRIu64
+                                                 " MiB, %" PRIu32 " %%).", e->uuid, e->pinned_mib, e->pct);
+                                else
+                                        log_info("Adopted the running MPS control daemon of GPU %s (limits unknown).",
+                                                 e->uuid);
                                 entry_set_state(e, MPS_STATE_RUNNING, NULL);
                                 entry_finish_op(e, 0, NULL);
                         } else
                                 entry_finish_op(e, 0, NULL);
                         break;
                 }
-                r = nvidia_mps_parse_reply(res->out, res->out_len, NULL);
+                r = reply_status(res, NULL);
                 if (r == -ESRCH && op->step == STEP_PROBE) {
-                        entry_run_step(e, STEP_START);
+                        entry_start_daemon(e);
                         break;
                 }
                 if (r >= 0)
@@ -698,7 +855,9 @@ static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, v
                 goto fail_or_dead;
         }
         case STEP_START:
-                if (res->exit_status != 0) {
+                /* "already running": another daemon took this pipe directory just now; it
+                 * answers from there, so it is the one to send the limits to. */
+                if (res->exit_status != 0 && reply_status(res, NULL) != -EEXIST) {
                         r = -EIO;
                         goto fail;
                 }
@@ -710,27 +869,47 @@ static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, v
                 }
                 entry_run_step(e, STEP_LIMITS);
                 break;
-        case STEP_LIMITS:
-                r = nvidia_mps_parse_reply(res->out, res->out_len, &perr);
+        case STEP_LIMITS: {
+                uint32_t tenths = 0;
+
+                /* The daemon prints the percentage in force back: one it did not take
+                 * shows there (mps-H100-set-percentage-3.txt). */
+                r = nvidia_mps_parse_reply(res->err, res->err_len, NULL) == -ESRCH ? -ESRCH :
+                    nvidia_mps_parse_percentage_reply(res->out, res->out_len, &tenths, &perr);
                 if (r >= 0 && res->exit_status != 0)
                         r = -EIO;
                 if (r == -ESRCH && !op->started) {
                         /* The daemon we thought running is gone: start it. */
-                        entry_run_step(e, STEP_START);
+                        entry_start_daemon(e);
                         break;
+                }
+                if (r >= 0 && tenths != op->pct * 10) {
+                        free(msg);
+                        msg = NULL;
+                        (void) asprintf_safe(&msg, "%s: the daemon kept an active thread percentage of %" PRIu32
+                                             ".%" PRIu32 " instead of %" PRIu32, step_name(op->step), tenths / 10,
+                                             tenths % 10, op->pct);
+                        r = -EBADMSG;
                 }
                 if (r < 0)
                         goto fail;
                 entry_enabled_ok(e);
+                entry_save_limits(e);
                 break;
+        }
         case STEP_QUIT:
-                r = nvidia_mps_parse_reply(res->out, res->out_len, &perr);
+                r = reply_status(res, &perr);
                 if (r >= 0 && res->exit_status != 0)
                         r = -EIO;
                 if (r < 0 && r != -ESRCH)
                         goto fail;
-                entry_run_step(e, STEP_COMPUTE_DEFAULT);
+                entry_run_step(e, mps_launcher_is_systemd(e->mps) ? STEP_UNIT_STOP : STEP_COMPUTE_DEFAULT);
                 break;
+        case STEP_UNIT_START:
+        case STEP_UNIT_STOP:
+                /* systemd jobs, not tool runs: they end in on_job_done(). */
+                r = -EINVAL;
+                goto fail;
         }
         return;
 
@@ -747,6 +926,34 @@ fail_or_dead:
         }
 fail:
         entry_fail_op(e, r, msg ? msg : "Out of memory.");
+}
+
+static void on_job_done(MpsSystemdJob *job, int error, const char *message, void *userdata) {
+        /* The job is done with: freed when this returns. */
+        _cleanup_(mps_systemd_job_freep) _unused_ MpsSystemdJob *finished = job;
+        Entry *e = userdata;
+        Op *op = e->op;
+
+        e->job = NULL;
+        /* A unit systemd does not know is not running: stopped is what was asked for. */
+        if (error == -ENOENT && op->step == STEP_UNIT_STOP)
+                error = 0;
+        if (error < 0) {
+                entry_fail_op(e, error, message ?: "The systemd job failed.");
+                return;
+        }
+        if (op->step == STEP_UNIT_STOP) {
+                entry_run_step(e, STEP_COMPUTE_DEFAULT);
+                return;
+        }
+        /* Type=forking: the job is done once -d returned, i.e. the daemon listens. */
+        op->started = true;
+        if (op->kind == OP_RESTART && op->pinned_mib == 0) {
+                /* An adopted daemon whose limits were never sent: its defaults. */
+                entry_enabled_ok(e);
+                return;
+        }
+        entry_run_step(e, STEP_LIMITS);
 }
 
 int mps_set(Mps *m, const MpsRequest *req, MpsDoneCallback done, void *userdata) {
@@ -855,6 +1062,46 @@ int mps_set_check_interval(Mps *m, uint64_t usec) {
         return 0;
 }
 
+bool mps_uses_systemd(Mps *m) {
+        return m && m->systemd;
+}
+
+int mps_set_launcher(Mps *m, ConfigMpsLauncher launcher) {
+        _cleanup_(mps_systemd_freep) MpsSystemd *bus = NULL;
+        int r = 0;
+
+        m->launcher_set = true;
+        if (launcher == MPS_LAUNCHER_DIRECT ||
+            (launcher == MPS_LAUNCHER_AUTO && !streq(m->directory, MPS_SYSTEMD_DIRECTORY))) {
+                log_info("MPS control daemons run as children of the probe (nvidia.mpsLauncher %s%s).",
+                         launcher == MPS_LAUNCHER_DIRECT ? "direct" : "auto: the MPS directory is not ",
+                         launcher == MPS_LAUNCHER_DIRECT ? "" : MPS_SYSTEMD_DIRECTORY);
+                goto direct;
+        }
+        r = mps_systemd_open(m->event, &bus);
+        if (r <= 0 && launcher == MPS_LAUNCHER_AUTO) {
+                log_info("MPS control daemons run as children of the probe (nvidia.mpsLauncher auto: %s).",
+                         r == 0 ? "systemd does not own its name on the system bus" : "no system bus");
+                goto direct;
+        }
+        if (r < 0)
+                log_warning_errno(r, "nvidia.mpsLauncher is systemd, but the system bus cannot be reached, "
+                                  "MPS will fail: %m");
+        else if (r == 0)
+                log_warning("nvidia.mpsLauncher is systemd, but systemd does not own its name on the system bus, "
+                            "MPS will fail.");
+        else
+                log_info("MPS control daemons run as %s instances.", MPS_SYSTEMD_TEMPLATE);
+        m->bus = mps_systemd_free(m->bus);
+        m->bus = TAKE_PTR(bus);
+        m->systemd = true;
+        return 1;
+direct:
+        m->bus = mps_systemd_free(m->bus);
+        m->systemd = false;
+        return 0;
+}
+
 int mps_configure(Mps **mps, sd_event *event, const Config *c, MpsStateCallback state_cb, void *userdata) {
         _cleanup_free_ char *smi = NULL, *control = NULL;
         bool adopt = false;
@@ -879,6 +1126,8 @@ int mps_configure(Mps **mps, sd_event *event, const Config *c, MpsStateCallback 
         r = mps_set_tools(*mps, smi, control);
         if (r < 0)
                 return r;
+        if (!(*mps)->launcher_set)
+                (*mps)->launcher = c->nvidia_mps_launcher;
         if (adopt) {
                 r = mps_adopt(*mps);
                 if (r < 0)

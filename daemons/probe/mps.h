@@ -2,35 +2,56 @@
 /*
  * mps.h — the probe's per-GPU NVIDIA MPS controller (Probe1.SetMps), on sd-event.
  *
- * Every step runs an NVIDIA tool through nvidia-runner (never blocking the loop):
+ * Every step runs an NVIDIA tool through nvidia-runner (never blocking the loop), or
+ * queues a systemd job through mps-systemd (the "systemd" launcher, below):
  *   enable:  nvidia-smi -i <index> -c EXCLUSIVE_PROCESS (reply checked), directories
  *            <mps dir>/<uuid>/{pipe,log} (0755), `get_server_list` to the control tool
  *            to find a daemon already serving that pipe directory (re-adoption), else
- *            `nvidia-cuda-mps-control -d` with CUDA_MPS_PIPE_DIRECTORY,
- *            CUDA_MPS_LOG_DIRECTORY and CUDA_VISIBLE_DEVICES=<uuid>, then the limits on
- *            the control tool's stdin in one run:
+ *            the daemon is started: with CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY
+ *            and CUDA_VISIBLE_DEVICES=<uuid>, either as `nvidia-cuda-mps-control -d` run
+ *            by the probe (launcher "direct") or as kgpu-mps@<uuid>.service, restarted
+ *            through systemd after <mps dir>/<uuid>/environment was written (launcher
+ *            "systemd"). Then the limits on the control tool's stdin in one run:
  *              set_default_device_pinned_mem_limit 0 <MiB>M
  *              set_default_active_thread_percentage <pct>
+ *            (the daemon prints the percentage in force back: one it did not take is an
+ *            error). The limits and the daemon's pid (its nvidia-cuda-mps-control.pid)
+ *            are kept in <mps dir>/<uuid>/limits for adoption.
  *            State "starting" while this runs, "running" at the end.
  *            Again with other limits while running: only the limits are sent; with the
  *            same limits: nothing is run.
- *   disable: `quit` to the daemon ("no daemon" is fine), nvidia-smi -i <index> -c DEFAULT
- *            (reply checked), directories removed; state "" (off). A GPU that is off
- *            but still has its directories (a daemon left by an earlier probe) is
- *            disabled the same way; one without them: nothing is run.
+ *   disable: `quit` to the daemon ("no daemon" is fine), under systemd StopUnit of its
+ *            unit (ends what quit left: MPS servers, a hung daemon), nvidia-smi -i
+ *            <index> -c DEFAULT (reply checked), directories removed; state "" (off). A
+ *            GPU that is off but still has its directories (a daemon left by an earlier
+ *            probe) is disabled the same way; one without them: nothing is run.
  *   check:   (mps_check_all(), on the probe's health tick) `get_server_list` to every
- *            running daemon; one that is gone is restarted once (-d, then its limits);
- *            gone again later, or the restart failing: state "failed".
+ *            running daemon; one that is gone is restarted once (as it was started,
+ *            then its limits); gone again later, or the restart failing: state "failed".
+ * The control tool's "no daemon" answer is read from stderr too, where the real tool
+ * writes it (tests/data/nvidia/mps-H100-no-daemon-1.txt).
  * The pipe directory is mounted into the containers of MPS slices (the broker's
  * Allocate answer), whose CUDA clients connect to the control daemon's socket in it:
  * the directories are 0755 so any container uid can reach the socket; the daemon
  * creates its sockets with its own modes.
  * On probe exit the daemons are left running: pods using MPS keep their server while
- * the probe restarts. A new probe adopts them (mps_adopt(): each <mps dir>/<uuid> whose
- * daemon answers get_server_list is "running" again, limits unknown); the broker calls
- * SetMps again when the probe reappears: the enable path re-sends the limits to the
- * adopted daemon, and a config without MPS for the GPU sees MpsState "running" and
- * disables it (a disable also runs for an "off" GPU whose directories exist).
+ * the probe restarts (under systemd that needs the "systemd" launcher: a daemon started
+ * with -d is in the probe's cgroup, which systemd kills when it stops the probe). A new
+ * probe adopts them (mps_adopt(): each <mps dir>/<uuid> whose daemon answers
+ * get_server_list is "running" again, with the limits of its limits file when that file
+ * names the daemon's current pid, else limits unknown); the broker calls SetMps again
+ * when the probe reappears: the same limits run nothing, others (or unknown ones) are
+ * sent to the adopted daemon, and a config without MPS for the GPU sees MpsState
+ * "running" and disables it, stopping its unit (a disable also runs for an "off" GPU
+ * whose directories exist). No second daemon is ever started next to one that answers.
+ *
+ * Launchers (nvidia.mpsLauncher as configured when it is decided: once, the first time
+ * a daemon is started or stopped, so a node without MPS never asks the bus; that one
+ * GetNameOwner call is synchronous): "systemd" uses kgpu-mps@.service (mps-systemd.h:
+ * why, and how the values reach the unit); "direct" runs -d itself; "auto" is
+ * "systemd" when org.freedesktop.systemd1 owns its name on the probe's system bus and
+ * the MPS directory is the one the template reads (MPS_SYSTEMD_DIRECTORY), else
+ * "direct" (tests on a private bus, hosts without systemd as PID 1).
  *
  * Requests for one GPU run one at a time in arrival order (a queue of at most
  * MPS_QUEUE_MAX per GPU; a running health check is abandoned for a request).
@@ -94,10 +115,19 @@ void mps_set_timeout(Mps *m, uint64_t usec);
  * health tick instead). */
 int mps_set_check_interval(Mps *m, uint64_t usec);
 
+/* Decides the launcher now (see above; otherwise the first start or stop does, with the
+ * configured one, "direct" after mps_new()). Returns 1 for systemd units, 0 for direct.
+ * With MPS_LAUNCHER_SYSTEMD and no systemd on the bus it still returns 1: every start
+ * then fails with a message saying why. Logs the choice (info). */
+int mps_set_launcher(Mps *m, ConfigMpsLauncher launcher);
+bool mps_uses_systemd(Mps *m);
+
 /* For the probe: creates *mps on the first call (directory "<runtimeDirectory>/mps"; it
  * is kept on later calls, as running daemons' pipe directories cannot move), then sets
  * the tools (nvidia.mpsControlPath / nvidia.smiPath, else found under the driver root;
- * none when nvidia.enabled is false) and the check interval (nvidia.healthIntervalMs). */
+ * none when nvidia.enabled is false) and the check interval (nvidia.healthIntervalMs);
+ * and the launcher to use (nvidia.mpsLauncher) until it is decided (a change after that
+ * takes effect at the next start of the probe: running daemons stay where they are). */
 int mps_configure(Mps **mps, sd_event *event, const Config *c, MpsStateCallback state_cb, void *userdata);
 
 /* -EINVAL with a message (caller frees) for: a UUID that is no GPU UUID; enabled with a

@@ -1686,8 +1686,48 @@ int nvidia_mps_parse_reply(const char *text, size_t len, char **ret_error) {
                         continue;
                 if (startswith(s, "Cannot find MPS control daemon process"))
                         return fail(ret_error, -ESRCH, i + 1, "%s", s);
+                if (startswith(s, "An instance of this daemon is already running"))
+                        return fail(ret_error, -EEXIST, i + 1, "%s", s);
                 return fail(ret_error, -EBADMSG, i + 1, "unexpected answer '%.80s'", s);
         }
+        return 0;
+}
+
+int nvidia_mps_parse_percentage_reply(const char *text, size_t len, uint32_t *ret_tenths, char **ret_error) {
+        _cleanup_(lines_done) Lines l = {};
+        bool found = false;
+        uint32_t tenths = 0;
+        int r;
+
+        r = lines_split(text, len, &l, ret_error);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < l.n; i++) {
+                char *s = strip(l.line[i]), *dot;
+                uint32_t whole, frac = 0;
+
+                if (isempty(s))
+                        continue;
+                if (startswith(s, "Cannot find MPS control daemon process"))
+                        return fail(ret_error, -ESRCH, i + 1, "%s", s);
+                if (found)
+                        return fail(ret_error, -EBADMSG, i + 1, "unexpected answer '%.80s'", s);
+                /* "<whole>[.<one digit>]", at most 100.0 */
+                dot = strchr(s, '.');
+                if (dot) {
+                        if (!isdigit((unsigned char) dot[1]) || dot[2] != 0)
+                                return fail(ret_error, -EBADMSG, i + 1, "unexpected answer '%.80s'", s);
+                        frac = (uint32_t) (dot[1] - '0');
+                        *dot = 0;
+                }
+                if (parse_small_uint(s, 100, &whole) < 0 || (whole == 100 && frac > 0))
+                        return fail(ret_error, -EBADMSG, i + 1, "unexpected answer '%.80s'", s);
+                tenths = whole * 10 + frac;
+                found = true;
+        }
+        if (!found)
+                return fail(ret_error, -EBADMSG, 0, "no active thread percentage in the answer");
+        *ret_tenths = tenths;
         return 0;
 }
 

@@ -231,9 +231,16 @@ int nvidia_smi_parse_versions(const char *text, size_t len, NvidiaVersions *ret,
 int nvidia_smi_parse_compute_mode_reply(const char *text, size_t len, NvidiaComputeMode *ret_mode,
                                         char **ret_error);
 
-/* nvidia-cuda-mps-control answers. A command with no answer (set_default_*, quit)
- * prints nothing: 0. "Cannot find MPS control daemon process": -ESRCH. Anything else
+/* nvidia-cuda-mps-control answers. A command with no answer (quit,
+ * set_default_device_pinned_mem_limit, -d) prints nothing: 0. "Cannot find MPS control
+ * daemon process" (the real tool writes it on stderr, so parse both streams): -ESRCH.
+ * "An instance of this daemon is already running" (-d): -EEXIST. Anything else
  * unexpected: -EBADMSG. */
 int nvidia_mps_parse_reply(const char *text, size_t len, char **ret_error);
+/* The answer to set_default_active_thread_percentage (after any number of commands that
+ * print nothing): the percentage in force, which the tool prints back ("8.0", "33.5";
+ * the old one when it refused the new value), in tenths of a percent. -ESRCH as above,
+ * -EBADMSG for anything else, none or more than one. */
+int nvidia_mps_parse_percentage_reply(const char *text, size_t len, uint32_t *ret_tenths, char **ret_error);
 /* get_server_list: one PID per line (possibly none). */
 int nvidia_mps_parse_server_list(const char *text, size_t len, pid_t **ret, size_t *ret_n, char **ret_error);

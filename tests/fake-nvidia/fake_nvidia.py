@@ -19,18 +19,23 @@ Environment (all optional except the scenario):
   KGPU_FAKE_NVIDIA_DELAY     seconds to sleep before answering (runner timeout tests)
 
 State file: {"compute_mode": {"<index>": "Exclusive_Process"}, "lost": [1],
-             "mps": {"<pipe dir>": {"running": true, "visible": "...",
-                     "pinned_mem_limit": {"<dev>": "2048M"}, "active_thread_percentage": "50"}}}
+             "mps": {"<pipe dir>": {"running": true, "pid": 1234, "visible": "...",
+                     "pinned_mem_limit": {"<dev>": "2048M"}, "active_thread_percentage": "50.0"}}}
+(the MPS entries mirror what each fake daemon holds, written by the daemon itself)
 
 Exit codes follow nvidia-smi(1): 0 success, 2 invalid argument, 6 query unsuccessful
 ("No devices were found"), 9 driver not loaded, 15 GPU fallen off the bus / lost,
 255 other error (also: this scenario has no recording for the command).
 """
 
+import contextlib
 import fcntl
 import json
 import os
+import re
 import shlex
+import signal
+import socket
 import sys
 import time
 
@@ -95,6 +100,11 @@ class State:
             self.f.truncate()
             json.dump(self.data, self.f, indent=1, sort_keys=True)
             self.f.flush()
+
+    def close(self):
+        if self.f:
+            self.f.close()
+            self.f = None
 
     def lost(self):
         env = os.environ.get("KGPU_FAKE_NVIDIA_LOST")
@@ -273,64 +283,244 @@ def nvidia_smi(argv):
     raise Fail("Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n", 2)
 
 
-def mps_instance(st):
-    pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
-    return pipe, st.data.setdefault("mps", {}).setdefault(pipe, {"running": False})
+# ---- nvidia-cuda-mps-control ----
+#
+# A real daemon, as the real tool has one (facts from an H100, driver 580.159.04, in
+# tests/data/nvidia/mps-H100-*.txt): `-d` forks a daemon into its own session and returns
+# once it listens on <pipe dir>/control; `-f` is that daemon in the foreground, logging
+# on stdout instead of control.log. The daemon writes nvidia-cuda-mps-control.pid (its
+# pid, no newline) and control_lock there; `quit` ends it (the pid file goes, the socket
+# and control_lock stay); SIGTERM ends it without any of that. A client (no arguments)
+# sends its stdin to the daemon and prints the answer; without a daemon listening it
+# prints "Cannot find MPS control daemon process" on stderr and exits 1. Nothing here is
+# kept in the client: a daemon killed behind the fake's back is gone, as a real one is.
+
+NO_DAEMON = "Cannot find MPS control daemon process\n"   # mps-H100-no-daemon-1.txt (stderr)
+
+
+def mps_pipe():
+    return os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
+
+
+def mps_connect(pipe):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(os.path.join(pipe, "control"))
+    except OSError:
+        s.close()
+        return None
+    return s
+
+
+def mps_state_update(pipe, **fields):
+    """Mirrors a daemon's state into the state file (for tests), under its lock."""
+    st = State()
+    if not st.f:
+        return
+    st.data.setdefault("mps", {}).setdefault(pipe, {"running": False}).update(fields)
+    st.save()
+    st.close()
+
+
+def mem_limit_text(value):
+    """A pinned memory limit as the daemon prints it back: 2048M -> 2G (mps-H100-get-limit-1.txt)."""
+    m = re.fullmatch(r"(\d+)([KMGT]?)", value)
+    if not m:
+        return value
+    n, unit = int(m.group(1)), m.group(2)
+    units = ["", "K", "M", "G", "T"]
+    i = units.index(unit)
+    while n and n % 1024 == 0 and i + 1 < len(units):
+        n //= 1024
+        i += 1
+    return "%d%s" % (n, units[i])
+
+
+class MpsDaemon:
+    def __init__(self, pipe, foreground):
+        self.pipe = pipe
+        self.foreground = foreground
+        self.pinned = {}
+        self.pct = 100.0
+        self.state_path = os.environ.get("KGPU_FAKE_NVIDIA_STATE")
+
+    def log(self, msg):
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S") + ".%03d" % (int(time.time() * 1000) % 1000)
+        line = "[%s Control %5d] %s\n" % (stamp, os.getpid(), msg)
+        if self.foreground:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            return
+        logdir = os.environ.get("CUDA_MPS_LOG_DIRECTORY", "/var/log/nvidia-mps")
+        if os.path.isdir(logdir):
+            with open(os.path.join(logdir, "control.log"), "a") as f:
+                f.write(line)
+
+    def listen(self):
+        """Binds <pipe>/control (a stale one from an earlier daemon is replaced)."""
+        path = os.path.join(self.pipe, "control")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(path)
+        os.chmod(path, 0o666)
+        self.sock.listen(16)
+        open(os.path.join(self.pipe, "control_lock"), "a").close()
+        with open(os.path.join(self.pipe, "nvidia-cuda-mps-control.pid"), "w") as f:
+            f.write(str(os.getpid()))
+        for name in ("control_lock", "nvidia-cuda-mps-control.pid"):
+            os.chmod(os.path.join(self.pipe, name), 0o666)
+        mps_state_update(self.pipe, running=True, pid=os.getpid(),
+                         visible=os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+                         pinned_mem_limit={}, active_thread_percentage="%.1f" % self.pct)
+        self.log("Starting control daemon using socket %s/control" % self.pipe)
+        self.log("To connect CUDA applications to this daemon, set env CUDA_MPS_PIPE_DIRECTORY=%s" % self.pipe)
+        self.log("CUDA MPS Control binary version: 13000")
+
+    def command(self, line):
+        """One command line: (answer, quit?)."""
+        words = line.split()
+        cmd = words[0]
+        if cmd == "quit" and len(words) == 1:
+            return "", True
+        if cmd == "set_default_device_pinned_mem_limit" and len(words) == 3:
+            self.pinned[words[1]] = words[2]
+            mps_state_update(self.pipe, pinned_mem_limit=dict(self.pinned))
+            return "", False
+        if cmd == "get_default_device_pinned_mem_limit" and len(words) == 2:
+            return mem_limit_text(self.pinned.get(words[1], "0")) + "\n", False
+        if cmd == "set_default_active_thread_percentage" and len(words) == 2:
+            # mps-H100-set-percentage-*.txt: the value in force is printed back; 0 is
+            # refused silently (the old value is printed).
+            try:
+                v = float(words[1])
+            except ValueError:
+                v = 0
+            if 0 < v <= 100:
+                self.pct = v
+                mps_state_update(self.pipe, active_thread_percentage="%.1f" % v)
+            return "%.1f\n" % self.pct, False
+        if cmd == "get_default_active_thread_percentage" and len(words) == 1:
+            return "%.1f\n" % self.pct, False
+        if cmd == "get_server_list" and len(words) == 1:
+            return "", False    # no clients, no servers
+        if cmd == "start_server" and len(words) == 3 and words[1] == "-uid":
+            return "", False
+        return 'Unknown command "%s"\n' % line, False    # mps-H100-unknown-command-1.txt
+
+    def serve(self):
+        """Answers clients until quit; returns the exit status."""
+        self.sock.settimeout(0.5)
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except socket.timeout:
+                # Not the real tool's: the test that made this daemon is gone (its
+                # state file with it), so no test leaves a daemon behind.
+                if self.state_path and not os.path.exists(self.state_path):
+                    return 0
+                continue
+            with conn:
+                conn.settimeout(10)
+                data = b""
+                with contextlib.suppress(OSError):
+                    while True:
+                        chunk = conn.recv(65536)
+                        if not chunk:
+                            break
+                        data += chunk
+                out, quit = [], False
+                for line in data.decode(errors="replace").splitlines():
+                    if not line.strip():
+                        continue
+                    self.log("Cmd:%s" % line.strip())
+                    answer, quit = self.command(line.strip())
+                    out.append(answer)
+                    if quit:
+                        break
+                if quit:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(self.pipe, "nvidia-cuda-mps-control.pid"))
+                    mps_state_update(self.pipe, running=False, pid=0)
+                    self.log("Exit with status 0")
+                with contextlib.suppress(OSError):
+                    conn.sendall("".join(out).encode())
+                if quit:
+                    return 0
+
+
+def mps_start(pipe, foreground):
+    """-d / -f: (stdout, stderr, exit status) of the command that started it."""
+    s = mps_connect(pipe)
+    if s:
+        s.close()
+        return "An instance of this daemon is already running\n", "", 1    # mps-H100-already-running-1.txt
+    if not os.path.isdir(pipe):
+        os.makedirs(pipe)
+        os.chmod(pipe, 0o777)   # as the real -d leaves a directory it made
+    d = MpsDaemon(pipe, foreground)
+    if foreground:
+        d.listen()
+        return "", "", d.serve()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        os.setsid()
+        if os.fork() != 0:
+            os._exit(0)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        try:
+            d.listen()
+        except OSError:
+            os._exit(1)
+        os.write(w, b"ready")
+        os.close(w)
+        os._exit(d.serve())
+    os.close(w)
+    os.waitpid(pid, 0)
+    with os.fdopen(r, "rb") as f:
+        ready = f.read() == b"ready"
+    if not ready:
+        return "", "fake nvidia-cuda-mps-control: the daemon could not listen in %s\n" % pipe, 1
+    return "", "", 0
 
 
 def mps_control(argv, stdin):
-    pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
+    """(stdout, stderr, exit status) of one nvidia-cuda-mps-control run."""
+    pipe = mps_pipe()
     extra = " CUDA_MPS_PIPE_DIRECTORY=%s" % pipe
     if "CUDA_VISIBLE_DEVICES" in os.environ:
         extra += " CUDA_VISIBLE_DEVICES=%s" % os.environ["CUDA_VISIBLE_DEVICES"]
     log(" ".join(["nvidia-cuda-mps-control"] + ([shlex.join(argv)] if argv else []) + ["[" + extra.strip() + "]"]))
-    st = State()
-    pipe, inst = mps_instance(st)
-
-    if argv == ["-d"]:
-        if inst["running"]:
-            return "An instance of this daemon is already running\n", 1, st
-        inst.update(running=True, visible=os.environ.get("CUDA_VISIBLE_DEVICES", ""),
-                    pinned_mem_limit={}, active_thread_percentage="100.0")
-        logdir = os.environ.get("CUDA_MPS_LOG_DIRECTORY")
-        if logdir and os.path.isdir(logdir):
-            # The control.log lines of mps-log-unknown-GPU-1.txt.
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S.000")
-            with open(os.path.join(logdir, "control.log"), "a") as f:
-                f.write("[%s Control %d] Starting control daemon using socket %s/control\n" % (stamp, os.getpid(), pipe))
-                f.write("[%s Control %d] To connect CUDA applications to this daemon, set env "
-                        "CUDA_MPS_PIPE_DIRECTORY=%s\n" % (stamp, os.getpid(), pipe))
-        return "", 0, st
+    if argv in (["-d"], ["--daemon"]):
+        return mps_start(pipe, False)
+    if argv in (["-f"], ["--forground"]):
+        return mps_start(pipe, True)
     if argv:
-        return "Invalid combination of input arguments.\n", 1, st
+        return "Invalid combination of input arguments.\n", "", 1
 
-    out = []
-    for line in stdin.splitlines():
+    lines = [line for line in stdin.splitlines() if line.strip()]
+    s = mps_connect(pipe)
+    if not s:
+        if lines:
+            log("nvidia-cuda-mps-control < " + lines[0])
+        return "", NO_DAEMON, 1
+    for line in lines:
         log("nvidia-cuda-mps-control < " + line)
-        words = line.split()
-        if not words:
-            continue
-        if not inst["running"]:
-            # mps-A100-Polaris-1.txt
-            return "Cannot find MPS control daemon process\n", 1, st
-        cmd = words[0]
-        if cmd == "quit" and len(words) == 1:
-            inst["running"] = False
-        elif cmd == "set_default_device_pinned_mem_limit" and len(words) == 3:
-            inst["pinned_mem_limit"][words[1]] = words[2]
-        elif cmd == "get_default_device_pinned_mem_limit" and len(words) == 2:
-            out.append(inst["pinned_mem_limit"].get(words[1], "0") + "\n")
-        elif cmd == "set_default_active_thread_percentage" and len(words) == 2:
-            inst["active_thread_percentage"] = words[1]
-        elif cmd == "get_default_active_thread_percentage" and len(words) == 1:
-            out.append(inst["active_thread_percentage"] + "\n")
-        elif cmd == "get_server_list" and len(words) == 1:
-            pass    # no clients, no servers
-        elif cmd == "start_server" and len(words) == 3 and words[1] == "-uid":
-            pass
-        else:
-            out.append("Invalid command: %s\n" % line)
-    return "".join(out), 0, st
+    with s:
+        s.settimeout(30)
+        s.sendall("".join(line + "\n" for line in lines).encode())
+        s.shutdown(socket.SHUT_WR)
+        out = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+    return out.decode(errors="replace"), "", 0
 
 
 # ---- helpers for tests that drive the fake tools (python integration tests) ----
@@ -378,15 +568,32 @@ def set_lost(workdir, indices):
         json.dump(data, f, indent=1, sort_keys=True)
 
 
+def stop_daemons(workdir):
+    """Ends the fake MPS daemons the state file in workdir knows (a test's teardown:
+    `-d` daemons outlive the process that started them, as real ones do)."""
+    for inst in read_state(workdir).get("mps", {}).values():
+        pid = inst.get("pid")
+        if not inst.get("running") or not pid:
+            continue
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                if b"nvidia-cuda-mps-control" not in f.read():
+                    continue
+            os.kill(pid, signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+
+
 def main(tool):
     delay = os.environ.get("KGPU_FAKE_NVIDIA_DELAY")
     st = None
+    err = ""
     try:
         if tool == "nvidia-smi":
             out, code, st = nvidia_smi(sys.argv[1:])
         else:
             stdin = "" if sys.argv[1:] else sys.stdin.read()
-            out, code, st = mps_control(sys.argv[1:], stdin)
+            out, err, code = mps_control(sys.argv[1:], stdin)
     except Fail as e:
         out, code = e.text, e.code
         if out.startswith("fake "):
@@ -399,4 +606,5 @@ def main(tool):
         st.save()
     sys.stdout.write(out)
     sys.stdout.flush()
+    sys.stderr.write(err)
     return code

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -77,18 +78,63 @@ def main():
         r = run(SMI, ["--query-gpu=index", "--format=csv,noheader"], env)
         check(r.returncode == 0 and r.stdout == b"".join(b"%d\n" % i for i in range(8)), "recovered: %r" % r.stdout)
 
-        # MPS: limits land in the state, every stdin line in the log.
-        env["CUDA_MPS_PIPE_DIRECTORY"] = os.path.join(tmp, "pipe-0")
-        check(run(MPS, ["-d"], env).returncode == 0, "mps -d")
+        # MPS: a real daemon; the answers of the recordings made on an H100, on the
+        # streams they came on; limits land in the state, every stdin line in the log.
+        pipe = os.path.join(tmp, "pipe-0")
+        os.mkdir(pipe)
+        env["CUDA_MPS_PIPE_DIRECTORY"] = pipe
+        env["CUDA_MPS_LOG_DIRECTORY"] = tmp
+        r = run(MPS, [], env, stdin=b"get_server_list\n")
+        check(r.returncode == 1 and r.stdout == b"" and r.stderr == recorded("mps-H100-no-daemon-1.txt"),
+              "no daemon: %r" % (r,))
+        r = run(MPS, ["-d"], env)
+        check(r.returncode == 0 and r.stdout == b"" and r.stderr == b"", "mps -d: %r" % (r,))
+        with open(os.path.join(pipe, "nvidia-cuda-mps-control.pid")) as f:
+            pid = int(f.read())
+        check(os.path.exists("/proc/%d" % pid), "the daemon %d runs after -d returned" % pid)
+        r = run(MPS, ["-d"], env)
+        check(r.returncode == 1 and r.stdout == recorded("mps-H100-already-running-1.txt"), "second -d: %r" % (r,))
         r = run(MPS, [], env, stdin=b"set_default_device_pinned_mem_limit 0 4096M\nget_server_list\n")
-        check(r.returncode == 0 and r.stdout == b"", "mps commands: %r" % r.stdout)
-        st = fake_nvidia.read_state(tmp)["mps"][env["CUDA_MPS_PIPE_DIRECTORY"]]
-        check(st["running"] and st["pinned_mem_limit"] == {"0": "4096M"}, "mps state: %r" % st)
+        check(r.returncode == 0 and r.stdout == recorded("mps-H100-set-limit-1.txt"), "mps commands: %r" % r.stdout)
+        r = run(MPS, [], env, stdin=b"get_default_device_pinned_mem_limit 0\n")
+        check(r.stdout == recorded("mps-H100-get-limit-1.txt"), "get limit: %r" % r.stdout)
+        for value, rec in (("8", "mps-H100-set-percentage-1.txt"), ("33.5", "mps-H100-set-percentage-2.txt"),
+                           ("0", "mps-H100-set-percentage-3.txt")):
+            r = run(MPS, [], env, stdin=b"set_default_active_thread_percentage %s\n" % value.encode())
+            check(r.returncode == 0 and r.stdout == recorded(rec), "percentage %s: %r" % (value, r.stdout))
+        r = run(MPS, [], env, stdin=b"bogus_cmd\n")
+        check(r.returncode == 0 and r.stdout == recorded("mps-H100-unknown-command-1.txt"), "unknown: %r" % r.stdout)
+        st = fake_nvidia.read_state(tmp)["mps"][pipe]
+        check(st["running"] and st["pid"] == pid and st["pinned_mem_limit"] == {"0": "4096M"}
+              and st["active_thread_percentage"] == "33.5", "mps state: %r" % st)
         log = fake_nvidia.read_commands(tmp)
         check("nvidia-cuda-mps-control < set_default_device_pinned_mem_limit 0 4096M" in log, "mps log: %r" % log)
+        with open(os.path.join(tmp, "control.log")) as f:
+            check("Starting control daemon using socket %s/control" % pipe in f.read(), "control.log")
         check(run(MPS, [], env, stdin=b"quit\n").returncode == 0, "mps quit")
+        for _ in range(100):
+            if not os.path.exists("/proc/%d" % pid):
+                break
+            time.sleep(0.05)
+        check(not os.path.exists("/proc/%d" % pid), "the daemon is gone after quit")
+        check(sorted(os.listdir(pipe)) == ["control", "control_lock"], "left after quit: %r" % os.listdir(pipe))
         r = run(MPS, [], env, stdin=b"get_server_list\n")
-        check(r.returncode == 1 and r.stdout == recorded("mps-A100-Polaris-1.txt"), "after quit")
+        check(r.returncode == 1 and r.stderr == recorded("mps-A100-Polaris-1.txt"), "after quit: %r" % (r,))
+
+        # -f: the same daemon in the foreground, its log on stdout; a SIGKILL is the end
+        # of it (no quit: its pid file stays, and clients find nobody).
+        fg = subprocess.Popen([MPS, "-f"], env=dict(os.environ, **env), stdout=subprocess.PIPE)
+        for _ in range(100):
+            if run(MPS, [], env, stdin=b"get_server_list\n").returncode == 0:
+                break
+            time.sleep(0.05)
+        with open(os.path.join(pipe, "nvidia-cuda-mps-control.pid")) as f:
+            check(int(f.read()) == fg.pid, "-f: the pid file names the foreground process")
+        fg.kill()
+        out = fg.communicate(timeout=10)[0]
+        check(b"Starting control daemon using socket" in out, "-f logs on stdout: %r" % out)
+        r = run(MPS, [], env, stdin=b"get_server_list\n")
+        check(r.returncode == 1 and r.stderr == recorded("mps-H100-no-daemon-1.txt"), "killed: %r" % (r,))
 
         # Without a scenario: a complaint on stderr, never invented output.
         r = run(SMI, ["-L"], {"KGPU_FAKE_NVIDIA_SCENARIO": ""})

@@ -187,6 +187,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         err = NULL;
         r = nvidia_mps_parse_reply(text, size, &err);
         check_result(r, err, SENTINEL);
+        err = NULL;
+        {
+                uint32_t tenths = UINT32_MAX;
+
+                r = nvidia_mps_parse_percentage_reply(text, size, &tenths, &err);
+                if (r == 0 && tenths > 1000)
+                        abort();
+                if (r < 0 && tenths != UINT32_MAX)
+                        abort();
+        }
+        check_result(r, err, SENTINEL);
 
         pids = SENTINEL;
         err = NULL;

@@ -709,6 +709,9 @@ class Node:
             # the tool removes its directory on quit; make sure of it if it was killed
             if self.umockdev_dir and os.path.basename(self.umockdev_dir).startswith('umockdev.'):
                 shutil.rmtree(self.umockdev_dir, ignore_errors=True)
+        if self.nvidia_scenario and self.tmp:
+            # `-d` daemons outlive the probe that started them, as real ones do.
+            fake_nvidia.stop_daemons(self.tmp)
         if self.bus is not None:
             if self.bus.poll() is None:
                 self.bus.terminate()

@@ -14,7 +14,8 @@
 # own slice's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT ("0=2048M" / "0=4096M") and
 # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (4 / 8, each <= the daemon's), the pipe
 # directory (CUDA_MPS_PIPE_DIRECTORY, its host directory mounted there) and /dev/shm;
-# after a probe restart the limits are sent to the control daemon again; after a reload
+# after a probe restart the same daemon process serves on, adopted with the limits the
+# probe knows it sent (no second -d, no limits sent again); after a reload
 # with no MPS in the config the daemon got "quit", the compute mode is Default again and
 # the GPU is a plain nvidia.com/gpu device and the slice resources are withdrawn. On an
 # H100 with MIG on, the same config starts no MPS (no command to the fake tools) and the
@@ -116,19 +117,27 @@ def mps(node):
     check_slice(node, RES_2GB, L40S + '::1', 2048, 4, daemon_limits=d)
     check_slice(node, RES_4GB, L40S + '::2', 4096, 8, daemon_limits=d)
 
-    # A restarted probe runs no MPS until the broker tells it again: the limits are
-    # sent to the control daemon anew.
-    before = len(limit_commands(node))
+    # A restarted probe adopts the running daemon (same process, no second -d) with the
+    # limits it knows it sent; the broker's SetMps for the same limits runs nothing.
+    pid = daemon(node).get('pid')
+    before = len(node.nvidia_commands())
+    answered = lambda: node.daemons['broker'].log_text().count('MPS on GPU %s: running' % L40S)
+    n_answered = answered()
     node.daemons['probe'].stop()
     node.start_probe()
     node.wait_bus_name(PROBE_BUS, 10, node.daemons['probe'])
-    node.wait_for(lambda: check(len(limit_commands(node)) > before, 'limits not sent again: %r'
-                                % node.nvidia_commands()[-10:]), 15, what='limits after a probe restart')
-    node.wait_for(lambda: check(daemon(node).get('running') and
-                                daemon(node).get('pinned_mem_limit') == {'0': '4096M'} and
-                                float(daemon(node).get('active_thread_percentage', 0)) == 8,
-                                'daemon %r' % mps_daemons(node)), 15, what='MPS running after a probe restart')
+    # The broker asked the new probe again, and got its answer.
+    node.wait_for(lambda: check(answered() > n_answered, 'no SetMps answered after the probe restart'), 15,
+                  what='SetMps after a probe restart')
     wait_devices(node, RES_2GB, [L40S + '::0', L40S + '::1'], timeout=15)
+    check(daemon(node).get('running') and daemon(node).get('pid') == pid and os.path.exists('/proc/%d' % pid),
+          'the daemon after a probe restart: %r (was pid %d)' % (daemon(node), pid))
+    cmds = node.nvidia_commands()[before:]
+    check(not any(c.startswith('nvidia-cuda-mps-control -d') or c.startswith('nvidia-cuda-mps-control < set_default')
+                  for c in cmds), 'a probe restart started a daemon or sent limits again: %r' % cmds)
+    check(daemon(node).get('pinned_mem_limit') == {'0': '4096M'} and
+          float(daemon(node).get('active_thread_percentage', 0)) == 8, 'daemon %r' % mps_daemons(node))
+    check_slice(node, RES_4GB, L40S + '::2', 4096, 8, daemon_limits=daemon(node))
 
     # MPS removed from the config: the daemon quits, the compute mode is restored.
     node.write_config_extra(yaml_config('none'))

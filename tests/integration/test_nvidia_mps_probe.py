@@ -20,8 +20,11 @@
 #  - health: a daemon that dies is restarted within one health interval with its limits;
 #    dying again turns MpsState "failed" and the GPU Unhealthy "mps-failed"; SetMps brings
 #    it back (running, Healthy);
-#  - probe restart: the daemon keeps running and the new probe adopts it (MpsState
-#    "running" with no SetMps, no second daemon);
+#  - probe restart: the daemon process keeps running (same pid) and the new probe adopts
+#    it (MpsState "running" with no SetMps, no second daemon, no compute mode change),
+#    with the limits the earlier probe sent: a SetMps with them runs nothing;
+#  - nvidia.mpsLauncher systemd on a bus without systemd: SetMps fails with MpsFailed
+#    saying so, and nothing is started;
 #  - disable: MpsState "" and MpsPipeDirectory "", compute mode Default, daemon quit,
 #    directories removed; the NVIDIA labels are in the feature file.
 # Needs root (other uids on the bus).
@@ -183,7 +186,7 @@ def check_enable(node):
     check(st.get('compute_mode', {}).get('0') == 'Exclusive_Process', 'compute mode %r' % st.get('compute_mode'))
     dm = daemon(node)
     check(dm.get('running') is True and dm.get('visible') == L40S, 'daemon %r' % dm)
-    check(dm.get('pinned_mem_limit') == {'0': '2048M'} and dm.get('active_thread_percentage') == '50',
+    check(dm.get('pinned_mem_limit') == {'0': '2048M'} and dm.get('active_thread_percentage') == '50.0',
           'limits %r' % dm)
     ctl = '[CUDA_MPS_PIPE_DIRECTORY=%s CUDA_VISIBLE_DEVICES=%s]' % (pipe_dir(node), L40S)
     want = ['nvidia-smi -i 0 -c EXCLUSIVE_PROCESS',
@@ -213,7 +216,7 @@ def check_enable(node):
                   'nvidia-cuda-mps-control < set_default_device_pinned_mem_limit 0 4096M',
                   'nvidia-cuda-mps-control < set_default_active_thread_percentage 25'], 'commands %r' % got)
     dm = daemon(node)
-    check(dm.get('pinned_mem_limit') == {'0': '4096M'} and dm.get('active_thread_percentage') == '25',
+    check(dm.get('pinned_mem_limit') == {'0': '4096M'} and dm.get('active_thread_percentage') == '25.0',
           'new limits %r' % dm)
     print('SetMps with other limits as %s: only the limits sent' % harness.BROKER_USER)
 
@@ -239,7 +242,7 @@ def check_health(node):
     wait(lambda: daemon(node).get('running') and daemon(node).get('pinned_mem_limit'),
          'the daemon restarted with limits', timeout=INTERVAL_MS / 1000 * 2 + 5)
     dm = daemon(node)
-    check(dm.get('pinned_mem_limit') == {'0': '4096M'} and dm.get('active_thread_percentage') == '25',
+    check(dm.get('pinned_mem_limit') == {'0': '4096M'} and dm.get('active_thread_percentage') == '25.0',
           'limits after the restart %r' % dm)
     wait(lambda: any(c.endswith('set_default_active_thread_percentage 25') for c in mps_commands(node, n0)),
          'the limits sent again')
@@ -264,10 +267,18 @@ def check_health(node):
     print('SetMps after failed: running and Healthy again')
 
 
+def daemon_alive(node):
+    pid = daemon(node).get('pid')
+    return pid and os.path.exists('/proc/%d' % pid)
+
+
 def check_probe_restart(node):
     n0 = len(node.nvidia_commands())
+    pid = daemon(node).get('pid')
+    check(daemon_alive(node), 'no MPS daemon process before the restart: %r' % daemon(node))
     node.daemons['probe'].stop()
-    check(daemon(node).get('running') is True, 'the MPS daemon did not survive the probe: %r' % daemon(node))
+    check(daemon_alive(node) and daemon(node).get('pid') == pid,
+          'the MPS daemon did not survive the probe: %r' % daemon(node))
     node.start_probe()
     node.wait_bus_name(harness.PROBE_BUS, 10, node.daemons['probe'])
     # Adopted without any SetMps: running again on the Gpu1 object.
@@ -278,7 +289,16 @@ def check_probe_restart(node):
     check(not any(' -d ' in c for c in got) and not any(' -c ' in c for c in got),
           'a second daemon or a mode change after the restart: %r' % got)
     check(daemon(node).get('pinned_mem_limit') == {'0': '2048M'}, 'limits lost %r' % daemon(node))
-    print('probe restart: the MPS daemon kept running and was adopted (MpsState running, no SetMps)')
+    check(daemon_alive(node) and daemon(node).get('pid') == pid, 'another daemon after the restart: %r (was %d)'
+          % (daemon(node), pid))
+    # The limits the earlier probe sent are known (its limits file names this daemon):
+    # the broker's SetMps with them runs nothing; other limits are sent.
+    n1 = len(node.nvidia_commands())
+    check(set_mps(node, True, 2 * GIB, 50)[0] == 'ok', 'SetMps with the limits in force after the restart')
+    got = without_checks(mps_commands(node, n1))
+    check(got == [], 'SetMps with the limits in force ran %r' % got)
+    print('probe restart: the MPS daemon (pid %d) kept running and was adopted with its limits '
+          '(MpsState running, no SetMps, the same limits run nothing)' % pid)
 
 
 def check_disable(node):
@@ -328,6 +348,22 @@ def check_daemon_refuses():
     print('SetMps as daemon on an allow-all bus: refused by the probe itself')
 
 
+def check_systemd_launcher_without_systemd():
+    # Forced to the systemd launcher on a bus where nobody owns org.freedesktop.systemd1
+    # (the test's private bus): a clear MpsFailed, no daemon started.
+    with harness.Node(broker=False, kubelet=False, nvidia_scenario='l40s', resources=[],
+                      config_extra='nvidia:\n  healthIntervalMs: 0\n  mpsLauncher: systemd\n') as n:
+        wait(lambda: gpu(n).get('Vendor') == 'nvidia', 'the L40S')
+        expect_error(set_mps(n, True, GIB, 50), 'io.kgpu.Error.MpsFailed', 'systemd launcher without systemd',
+                     'systemd does not answer on the system bus')
+        cmds = mps_commands(n, 0)
+        check(not any(' -d ' in c for c in cmds), 'a daemon was started: %r' % cmds)
+        check(gpu(n)['MpsState'] == 'failed', 'MpsState %r' % gpu(n)['MpsState'])
+        check(any('nvidia.mpsLauncher is systemd, but systemd does not own its name' in line
+                  for line in n.daemons['probe'].log_text().splitlines()), 'no warning in the log')
+    print('nvidia.mpsLauncher systemd without systemd on the bus: MpsFailed naming it, nothing started')
+
+
 def run(node):
     wait(lambda: gpu(node).get('Vendor') == 'nvidia', 'the L40S')
     check_policy(node)
@@ -339,6 +375,7 @@ def run(node):
     check_labels(node)
     check_mig_gpu()
     check_daemon_refuses()
+    check_systemd_launcher_without_systemd()
 
 
 if __name__ == '__main__':

@@ -4,7 +4,8 @@
 #
 # Contract: `check-units.sh SRCDIR BUILDDIR`. 1) `systemd-analyze security
 # --offline=true` on the units generated in BUILDDIR/units must stay at or under
-# grpcd 1.5, broker 1.5, probe 4.0 (DESIGN/issue 6 targets); each score is printed.
+# grpcd 1.5, broker 1.5, probe 4.0 (DESIGN/issue 6 targets), an MPS daemon's unit
+# (kgpu-mps@.service, root with CAP_SETUID/CAP_SETGID) 2.0; each score is printed.
 # 2) The .deb (built or taken from the cache by build-packages.sh) is unpacked into a
 # scratch root and `systemd-analyze verify --root=... --man=no` runs on its units: exit
 # 0 and nothing at all on stderr. (Man page references are checked in the install test,
@@ -15,7 +16,8 @@ src=$(cd "$1" && pwd) build=$(cd "$2" && pwd)
 command -v systemd-analyze >/dev/null || { echo "SKIP: no systemd-analyze"; exit 77; }
 fail=0
 
-for spec in kgpu-grpcd:1.5 kgpu-brokerd:1.5 kgpu-probed:4.0; do
+# The MPS template is scored as an instance (its name: a GPU UUID).
+for spec in kgpu-grpcd:1.5 kgpu-brokerd:1.5 kgpu-probed:4.0 kgpu-mps@GPU-00000000-0000-0000-0000-000000000000:2.0; do
         unit=${spec%%:*}.service limit=${spec#*:}
         out=$(cd "$build/units" && systemd-analyze security --offline=true --no-pager "$unit" 2>&1) || true
         score=$(printf '%s\n' "$out" | sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p')
@@ -40,16 +42,18 @@ debdir=$("$src/tests/package/build-packages.sh" deb "$src" "$build/tests/package
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 dpkg-deb -x "$debdir"/kgpu_*.deb "$root"
-# verify resolves ExecStart=, ExecReload= and the units ours depend on inside the
-# root: give it those programs and the host's systemd units (ours win).
+# verify resolves ExecStart=, ExecReload=, ExecStop= (kill, sh) and the units ours
+# depend on inside the root: give it those programs and the host's systemd units (ours
+# win).
 mkdir -p "$root/usr/lib/systemd/system"
 cp -rn /lib/systemd/system/. "$root/usr/lib/systemd/system/" 2>/dev/null || true
-for p in /bin/kill /usr/bin/kill /bin/mkdir /usr/bin/mkdir; do
+for p in /bin/kill /usr/bin/kill /bin/mkdir /usr/bin/mkdir /bin/sh; do
         [ -x "$p" ] && mkdir -p "$root$(dirname "$p")" && cp "$p" "$root$p"
 done
 err=$(cd "$root" && systemd-analyze verify --root="$root" --man=no \
         lib/systemd/system/kgpu-probed.service lib/systemd/system/kgpu-brokerd.service \
-        lib/systemd/system/kgpu-grpcd.service lib/systemd/system/kgpu.target 2>&1 >/dev/null) && rc=0 || rc=$?
+        lib/systemd/system/kgpu-grpcd.service lib/systemd/system/kgpu-mps@.service \
+        lib/systemd/system/kgpu.target 2>&1 >/dev/null) && rc=0 || rc=$?
 if [ "$rc" != 0 ] || [ -n "$err" ]; then
         echo "FAIL: systemd-analyze verify (exit $rc):"; printf '%s\n' "$err"
         fail=1

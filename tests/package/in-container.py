@@ -17,11 +17,12 @@
 # kgpuctl, allocations kept across `systemctl reload` and `systemctl restart
 # kgpu-brokerd`, `systemd-analyze verify` with nothing on stderr and the exposure
 # thresholds; `systemctl reload kgpu.target` reloading all three daemons and a changed
-# intel.pciGroupingLevel reaching the label file; `apt-get remove kgpu` (then purge)
-# taking the label file and kgpu's CDI specs, keeping other vendors' files and leaving
-# the kubelet's directories exactly as they were. Prints one line per check; exit status
-# 0 only if every check passed. The probe runs under umockdev through a unit drop-in
-# installed here (test only).
+# intel.pciGroupingLevel reaching the label file; MPS control daemons outliving a probe
+# restart (their own section); `apt-get remove kgpu` (then purge) taking the label file
+# and kgpu's CDI specs, keeping other vendors' files and leaving the kubelet's
+# directories exactly as they were. Prints one line per check; exit status 0 only if
+# every check passed. The probe runs under umockdev through a unit drop-in installed
+# here (test only).
 
 import json
 import os
@@ -233,6 +234,207 @@ def check_remove(kubelet_before):
     check(p.returncode == 0 and not os.path.exists('/var/lib/kgpu'), 'dpkg --purge kgpu (state directory gone)',
           p.stdout + p.stderr)
     check_kubelet_dirs(kubelet_before, 'after the purge:')
+
+
+# --- MPS daemons outlive the probe ------------------------------------------------------
+# The fake nvidia-smi and nvidia-cuda-mps-control (payload fake-nvidia/, replaying
+# data/nvidia, scenario l40s: one GPU) stand in for the driver: the probe runs them
+# through a drop-in, kgpu-mps@.service through another (the fake's own variables only:
+# the unit's CUDA_* and tool path come from the EnvironmentFile the probe writes). The
+# broker gets the MPS slices of test_nvidia_mps.py. Checked: a unit that fails to start
+# is MpsFailed with the job's result (a drop-in with ExecStartPre=/bin/false, then
+# removed); the control daemon runs in its own unit, not in the probe's cgroup;
+# `systemctl restart kgpu-probed` (and reload) leaves that process alone (same pid, unit
+# not restarted), the new probe adopts it (MpsState running, no second -d, no limits
+# sent again) and Allocate of an MPS slice is still answered with the pipe directory;
+# `systemctl stop` of the unit quits the daemon (ExecStop=) and the probe's health check
+# starts it again with its limits; taking MPS out of the config stops the unit. The
+# probe holds no capabilities for any of this.
+MPS_GPU = 'GPU-00000000-0000-0000-0000-000000000000'   # the L40S of scenario l40s
+MPS_UNIT = 'kgpu-mps@%s.service' % MPS_GPU
+MPS_RES = 'nvidia.com/gpu-2gb'
+FAKE_DIR = '/run/kgpu-fake-nvidia'
+MPS_CONFIG = """version: v1
+flags:
+  migStrategy: none
+sharing:
+  mps:
+    resources:
+    - name: nvidia.com/gpu
+      rename: nvidia.com/gpu-2gb
+      memoryGB: 2
+      replicas: 2
+    - name: nvidia.com/gpu
+      rename: nvidia.com/gpu-4gb
+      memoryGB: 4
+      replicas: 1
+"""
+
+
+def mps_gpu_prop(name):
+    path = '/io/kgpu/Probe1/gpu/' + ''.join(c if c.isalnum() else '_%02x' % ord(c) for c in MPS_GPU)
+    p = sh('busctl', 'get-property', '--json=short', 'io.kgpu.Probe1', path, 'io.kgpu.Gpu1', name, check_rc=False)
+    return json.loads(p.stdout)['data'] if p.returncode == 0 else None
+
+
+def mps_daemon_pid():
+    try:
+        with open('/run/kgpu/mps/%s/pipe/nvidia-cuda-mps-control.pid' % MPS_GPU) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 0
+
+
+def mps_fake_commands():
+    try:
+        with open(os.path.join(FAKE_DIR, 'log')) as f:
+            return f.read().splitlines()
+    except OSError:
+        return []
+
+
+def broker_mps_answers():
+    """How often the broker logged the probe's answer to SetMps for the GPU."""
+    return sh('journalctl', '--no-pager', '-o', 'cat', '-u', 'kgpu-brokerd.service',
+              check_rc=False).stdout.count('MPS on GPU %s: running' % MPS_GPU)
+
+
+def check_mps_survives_probe_restart():
+    fake = os.path.join(PAYLOAD, 'fake-nvidia')
+    os.makedirs(FAKE_DIR, exist_ok=True)
+    fake_env = ('Environment=KGPU_FAKE_NVIDIA_SCENARIO=l40s KGPU_FAKE_NVIDIA_STATE=%s/state.json '
+                'KGPU_FAKE_NVIDIA_LOG=%s/log\nReadWritePaths=%s\n' % (FAKE_DIR, FAKE_DIR, FAKE_DIR))
+    with open('/etc/systemd/system/kgpu-probed.service.d/fake-nvidia.conf', 'w') as f:
+        f.write('[Service]\nEnvironment=KGPU_NVIDIA_SMI=%s/nvidia-smi KGPU_NVIDIA_MPS_CONTROL=%s/nvidia-cuda-mps-control\n'
+                % (fake, fake) + fake_env)
+    os.makedirs('/etc/systemd/system/kgpu-mps@.service.d', exist_ok=True)
+    with open('/etc/systemd/system/kgpu-mps@.service.d/fake-nvidia.conf', 'w') as f:
+        f.write('[Service]\n' + fake_env)
+    # First the unit cannot start: the probe must read the job's result, not assume.
+    failing = '/etc/systemd/system/kgpu-mps@.service.d/zz-fail.conf'
+    with open(failing, 'w') as f:
+        f.write('[Service]\nExecStartPre=/bin/false\n')
+    with open('/etc/kgpu/kgpu.yaml') as f:
+        config = f.read()
+    with open('/etc/kgpu/kgpu.yaml', 'w') as f:
+        f.write(MPS_CONFIG)
+    sh('systemctl', 'daemon-reload')
+    p = sh('systemctl', 'restart', 'kgpu-probed.service', check_rc=False, timeout=60)
+    check(p.returncode == 0, 'kgpu-probed restarted with the fake NVIDIA tools', p.stderr)
+    sh('systemctl', 'reload', 'kgpu-brokerd.service', check_rc=False, timeout=60)
+
+    sys.path.insert(0, PAYLOAD)
+    os.environ['KGPU_PROTO_DIR'] = os.path.join(PAYLOAD, 'proto')
+    import kubelet_sim
+    sim = kubelet_sim.KubeletSim(PLUGIN_DIR, POD_RESOURCES)
+    sim.start()
+    try:
+        try:
+            sim.wait_registrations([MPS_RES], timeout=30)
+        except TimeoutError as e:
+            check(False, 'kubelet simulator got Register for %s' % MPS_RES, str(e))
+            return
+        failed = wait(lambda: mps_gpu_prop('MpsState') == 'failed', 30, 'MPS failed')
+        refusal = "the job ended with result 'failed' (see journalctl -u %s)" % MPS_UNIT
+        check(failed and refusal in sh('journalctl', '--no-pager', '-o', 'cat', '-u', 'kgpu-brokerd.service',
+                                       check_rc=False).stdout,
+              'a unit that fails to start: MpsState failed, MpsFailed naming the unit and the job result',
+              'MpsState %r' % mps_gpu_prop('MpsState'))
+        os.unlink(failing)
+        sh('systemctl', 'daemon-reload')
+        sh('systemctl', 'reload', 'kgpu-brokerd.service', check_rc=False, timeout=60)   # asks again
+        running = wait(lambda: mps_gpu_prop('MpsState') == 'running', 30, 'MPS running')
+        pid = mps_daemon_pid()
+        check(running and pid > 0, 'MPS running on %s, control daemon pid %d' % (MPS_GPU, pid),
+              'MpsState %r; %s' % (mps_gpu_prop('MpsState'),
+                                   sh('journalctl', '--no-pager', '-n', '30', '-u', MPS_UNIT, '-u',
+                                      'kgpu-probed.service', check_rc=False).stdout))
+        if not running or pid <= 0:
+            return
+        pipe = mps_gpu_prop('MpsPipeDirectory')
+        check(unit_prop(MPS_UNIT, 'ActiveState') == 'active' and unit_prop(MPS_UNIT, 'MainPID') == str(pid),
+              '%s active, its main process is the control daemon' % MPS_UNIT,
+              'state %s pid %s' % (unit_prop(MPS_UNIT, 'ActiveState'), unit_prop(MPS_UNIT, 'MainPID')))
+        with open('/proc/%d/cgroup' % pid) as f:
+            cgroup = f.read()
+        check(MPS_UNIT in cgroup and 'kgpu-probed' not in cgroup,
+              'the control daemon lives in its unit\'s cgroup, not the probe\'s', cgroup)
+        # The probe managed the unit as root without any capability (its unit's empty
+        # bounding set): nothing was widened for it.
+        st = proc_status(unit_prop('kgpu-probed.service', 'MainPID'))
+        check(int(st['CapEff'], 16) == 0 and int(st['CapBnd'], 16) == 0,
+              'kgpu-probed started the unit holding no capabilities', 'CapEff %s CapBnd %s' % (st['CapEff'], st['CapBnd']))
+        starts = lambda: sum(1 for c in mps_fake_commands() if c.startswith('nvidia-cuda-mps-control -d'))
+        n_starts, n_cmds = starts(), len(mps_fake_commands())
+        cl = sim.plugin(MPS_RES)
+        cl.wait_update(lambda d: len(d) == 2, timeout=15)
+        try:
+            ans = cl.allocate([MPS_GPU + '::0'])
+            check(ans['envs'].get('CUDA_MPS_PIPE_DIRECTORY') and
+                  any(m['host_path'] == pipe for m in ans['mounts']),
+                  'Allocate of an MPS slice answered with the pipe directory %s' % pipe, repr(ans))
+        except Exception as e:  # grpc.RpcError
+            check(False, 'Allocate of an MPS slice answered', repr(e))
+
+        for action in ('restart', 'reload'):
+            probe_pid = unit_prop('kgpu-probed.service', 'MainPID')
+            n_answers = broker_mps_answers()
+            p = sh('systemctl', action, 'kgpu-probed.service', check_rc=False, timeout=60)
+            check(p.returncode == 0 and unit_prop('kgpu-probed.service', 'ActiveState') == 'active' and
+                  (unit_prop('kgpu-probed.service', 'MainPID') != probe_pid) == (action == 'restart'),
+                  'systemctl %s kgpu-probed' % action, p.stderr)
+            # The broker asks a new probe again (and logs the answer); the adopted
+            # daemon's limits are known, so that runs nothing.
+            if action == 'restart':
+                check(wait(lambda: broker_mps_answers() > n_answers, 30, 'SetMps'),
+                      'after restart: the broker set MPS up on the new probe')
+            adopted = wait(lambda: mps_gpu_prop('MpsState') == 'running', 20, 'MPS adopted')
+            check(adopted and mps_gpu_prop('MpsPipeDirectory') == pipe,
+                  'after %s: MpsState running, MpsPipeDirectory unchanged' % action,
+                  '%r %r' % (mps_gpu_prop('MpsState'), mps_gpu_prop('MpsPipeDirectory')))
+            check(mps_daemon_pid() == pid and os.path.exists('/proc/%d' % pid) and
+                  unit_prop(MPS_UNIT, 'MainPID') == str(pid) and unit_prop(MPS_UNIT, 'NRestarts') == '0',
+                  'after systemctl %s kgpu-probed: the MPS control daemon is the same process (pid %d)'
+                  % (action, pid), 'pid file %d, unit pid %s' % (mps_daemon_pid(), unit_prop(MPS_UNIT, 'MainPID')))
+            check(starts() == n_starts, 'after %s: no second control daemon started' % action,
+                  repr(mps_fake_commands()[n_cmds:]))
+            sent = [c for c in mps_fake_commands()[n_cmds:] if '< set_default' in c]
+            check(sent == [], 'after %s: no limits sent again to the adopted daemon' % action, repr(sent))
+            try:
+                ans = cl.allocate([MPS_GPU + '::1'])
+                check(any(m['host_path'] == pipe for m in ans['mounts']),
+                      'after %s: Allocate of an MPS slice still answered' % action, repr(ans))
+            except Exception as e:  # grpc.RpcError
+                check(False, 'after %s: Allocate of an MPS slice still answered' % action, repr(e))
+
+        # An operator stops the unit: ExecStop= asks the daemon to quit (its pid file
+        # goes, which a SIGTERM would leave); the probe's health check starts the unit
+        # again and sends the limits.
+        n_cmds = len(mps_fake_commands())
+        p = sh('systemctl', 'stop', MPS_UNIT, check_rc=False, timeout=60)
+        check(p.returncode == 0 and 'nvidia-cuda-mps-control < quit' in mps_fake_commands()[n_cmds:] and
+              mps_daemon_pid() == 0 and not os.path.exists('/proc/%d' % pid),
+              'systemctl stop %s: ExecStop= quit the daemon' % MPS_UNIT, repr(mps_fake_commands()[n_cmds:]))
+        back = wait(lambda: mps_daemon_pid() not in (0, pid) and unit_prop(MPS_UNIT, 'ActiveState') == 'active' and
+                    any('set_default_active_thread_percentage' in c for c in mps_fake_commands()[n_cmds:]), 30,
+                    'restarted')
+        check(back and mps_gpu_prop('MpsState') == 'running',
+              'the probe\'s health check started %s again with its limits' % MPS_UNIT,
+              'pid %d, unit %s, %r' % (mps_daemon_pid(), unit_prop(MPS_UNIT, 'ActiveState'),
+                                        mps_fake_commands()[n_cmds:]))
+        pid = mps_daemon_pid()
+
+        # MPS out of the config: the probe quits the daemon and stops its unit.
+        with open('/etc/kgpu/kgpu.yaml', 'w') as f:
+            f.write(config)
+        sh('systemctl', 'reload', 'kgpu-brokerd.service', check_rc=False, timeout=60)
+        stopped = wait(lambda: mps_gpu_prop('MpsState') == '' and unit_prop(MPS_UNIT, 'ActiveState') == 'inactive',
+                       30, 'MPS stopped')
+        check(stopped and not os.path.exists('/proc/%d' % pid),
+              'MPS taken out of the config: %s inactive, the daemon gone' % MPS_UNIT,
+              'MpsState %r, unit %s' % (mps_gpu_prop('MpsState'), unit_prop(MPS_UNIT, 'ActiveState')))
+    finally:
+        sim.stop()
 
 
 def main():
@@ -452,6 +654,8 @@ def main():
                   unit_prop(u, 'ActiveState'), pids[u], unit_prop(u, 'MainPID'), unit_prop(u, 'NRestarts'),
                   unit_prop(u, 'WatchdogUSec')))
 
+    check_mps_survives_probe_restart()
+
     # --- unit checks -----------------------------------------------------------------
     files = ['/lib/systemd/system/%s' % u for u in UNITS + ['kgpu.target']]
     p = sh('systemd-analyze', 'verify', *files, check_rc=False)
@@ -478,7 +682,7 @@ if __name__ == '__main__':
         failures.append('exception: %r' % e)
     if failures:
         log('%d check(s) failed: %s' % (len(failures), '; '.join(failures)))
-        for u in UNITS + ['kgpu-testbed.service']:
+        for u in UNITS + ['kgpu-testbed.service', MPS_UNIT]:
             print('--- journal of %s' % u)
             print(sh('journalctl', '--no-pager', '-n', '40', '-u', u, check_rc=False).stdout, flush=True)
         sys.exit(1)

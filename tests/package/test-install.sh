@@ -45,6 +45,11 @@ cp "$debdir"/kgpu_*.deb "$testbed" "$src/tests/data/testbeds/two-gpus.umockdev" 
    "$src/tests/integration/kubelet_sim.py" "$here/in-container.py" \
    "$here/kgpu-testbed.service" "$here/probe-testbed.conf" "$here/kgpu-kubelet-sim.service" "$payload/"
 cp "$src"/daemons/grpc/proto/*.proto "$payload/proto/"
+# The fake NVIDIA tools and their recordings (the MPS section of in-container.py).
+mkdir -p "$payload/fake-nvidia" "$payload/data"
+cp "$src"/tests/fake-nvidia/fake_nvidia.py "$src"/tests/fake-nvidia/nvidia-smi \
+   "$src"/tests/fake-nvidia/nvidia-cuda-mps-control "$payload/fake-nvidia/"
+cp -r "$src/tests/data/nvidia" "$payload/data/"
 
 set -- systemd-nspawn --quiet --register=no --keep-unit -D "$root" --volatile=overlay \
         --machine=kgpu-pkgtest --private-network \

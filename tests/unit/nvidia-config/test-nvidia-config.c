@@ -27,6 +27,7 @@ static const char * const nvidia_vars[] = {
         "PASS_DEVICE_SPECS", "DEVICE_LIST_STRATEGY", "DEVICE_ID_STRATEGY", "CDI_ANNOTATION_PREFIX",
         "KGPU_NVIDIA_ENABLED", "KGPU_NVIDIA_SMI", "KGPU_NVIDIA_MPS_CONTROL", "KGPU_NVIDIA_HEALTH_INTERVAL_MS",
         "KGPU_NVIDIA_HEALTH_RECOVER_POLLS", "KGPU_NVIDIA_REPLICA_POLICY", "KGPU_KUBELET_SOCKET",
+        "KGPU_NVIDIA_MPS_LAUNCHER",
 };
 
 static void clear_env(void) {
@@ -106,6 +107,7 @@ START_TEST(test_defaults) {
         ck_assert_uint_eq(c->nvidia_health_interval_ms, 10000);
         ck_assert_uint_eq(c->nvidia_health_recover_polls, 3);
         ck_assert_int_eq(c->nvidia_replica_policy, REPLICA_POLICY_DISTRIBUTED);
+        ck_assert_int_eq(c->nvidia_mps_launcher, MPS_LAUNCHER_AUTO);
         ck_assert(!c->nvidia_time_slicing.rename_by_default);
         ck_assert(!c->nvidia_time_slicing.fail_requests_greater_than_one);
         ck_assert_ptr_null(c->nvidia_time_slicing.resources);
@@ -141,6 +143,7 @@ START_TEST(test_scalars_from_file) {
                       "  healthIntervalMs: 0\n"
                       "  healthRecoverPolls: 5\n"
                       "  replicaPolicy: packed\n"
+                      "  mpsLauncher: direct\n"
                       "sharing:\n"
                       "  timeSlicing:\n"
                       "    renameByDefault: true\n"
@@ -162,6 +165,7 @@ START_TEST(test_scalars_from_file) {
         ck_assert_uint_eq(c->nvidia_health_interval_ms, 0);
         ck_assert_uint_eq(c->nvidia_health_recover_polls, 5);
         ck_assert_int_eq(c->nvidia_replica_policy, REPLICA_POLICY_PACKED);
+        ck_assert_int_eq(c->nvidia_mps_launcher, MPS_LAUNCHER_DIRECT);
         ck_assert(c->nvidia_time_slicing.rename_by_default);
         ck_assert(c->nvidia_time_slicing.fail_requests_greater_than_one);
         ck_assert(!c->nvidia_mps.rename_by_default);
@@ -357,6 +361,7 @@ START_TEST(test_nvidia_own_keys_env_and_flags) {
         setenv("KGPU_NVIDIA_HEALTH_INTERVAL_MS", "250", 1);
         setenv("KGPU_NVIDIA_HEALTH_RECOVER_POLLS", "2", 1);
         setenv("KGPU_NVIDIA_REPLICA_POLICY", "packed", 1);
+        setenv("KGPU_NVIDIA_MPS_LAUNCHER", "systemd", 1);
         setenv("KGPU_CONFIG", "", 1);
         {
                 const char *args[] = { NULL };
@@ -369,10 +374,12 @@ START_TEST(test_nvidia_own_keys_env_and_flags) {
                 ck_assert_uint_eq(c->nvidia_health_interval_ms, 250);
                 ck_assert_uint_eq(c->nvidia_health_recover_polls, 2);
                 ck_assert_int_eq(c->nvidia_replica_policy, REPLICA_POLICY_PACKED);
+                ck_assert_int_eq(c->nvidia_mps_launcher, MPS_LAUNCHER_SYSTEMD);
         }
         {
                 const char *args[] = { "--nvidia=true", "--nvidia-smi-path=/flag/nvidia-smi",
-                                       "--nvidia-health-interval-ms=1000", "--replica-policy=distributed", NULL };
+                                       "--nvidia-health-interval-ms=1000", "--replica-policy=distributed",
+                                       "--nvidia-mps-launcher=direct", NULL };
                 _cleanup_(config_freep) Config *c = from_argv(args);
 
                 ck_assert_ptr_nonnull(c);
@@ -380,6 +387,7 @@ START_TEST(test_nvidia_own_keys_env_and_flags) {
                 ck_assert_str_eq(c->nvidia_smi_path, "/flag/nvidia-smi");
                 ck_assert_uint_eq(c->nvidia_health_interval_ms, 1000);
                 ck_assert_int_eq(c->nvidia_replica_policy, REPLICA_POLICY_DISTRIBUTED);
+                ck_assert_int_eq(c->nvidia_mps_launcher, MPS_LAUNCHER_DIRECT);
         }
         clear_env();
 }
@@ -475,6 +483,8 @@ START_TEST(test_scalar_errors) {
                      "kgpu.yaml:2: nvidia.healthRecoverPolls: value out of range, got '0'");
         expect_error("nvidia:\n  replicaPolicy: spread\n",
                      "kgpu.yaml:2: nvidia.replicaPolicy: expected distributed or packed, got 'spread'");
+        expect_error("nvidia:\n  mpsLauncher: systemd-please\n",
+                     "kgpu.yaml:2: nvidia.mpsLauncher: expected auto, systemd or direct, got 'systemd-please'");
         expect_error("nvidia:\n  smiPath: nvidia-smi\n",
                      "kgpu.yaml:2: nvidia.smiPath: expected an absolute path, got 'nvidia-smi'");
         expect_error("sharing:\n  mps:\n    failRequestsGreaterThanOne: yes please\n",

@@ -19,6 +19,7 @@
 
 #include "common/util.h"
 #include "daemons/probe/mps.h"
+#include "daemons/probe/mps-systemd.h"
 
 #define UUID "GPU-00000000-0000-0000-0000-000000000000"
 #define GIB (UINT64_C(1) << 30)
@@ -183,6 +184,16 @@ static void kill_daemon(void) {
         ck_assert_int_eq(system(cmd), 0);
 }
 
+/* Starts a daemon for the pipe directory behind the controller's back (another probe's,
+ * or an operator's), keeping the command log clean. */
+static void start_daemon_behind(void) {
+        _cleanup_free_ char *cmd = NULL;
+
+        ck_assert_int_ge(asprintf(&cmd, "env -u KGPU_FAKE_NVIDIA_LOG CUDA_MPS_PIPE_DIRECTORY='%s' CUDA_MPS_LOG_DIRECTORY='%s' "
+                                  "'%s' -d", pipe_dir, log_dir, fake_mps), 0);
+        ck_assert_int_eq(system(cmd), 0);
+}
+
 START_TEST(test_enable_change_disable) {
         _cleanup_(mps_freep) Mps *m = new_mps();
         _cleanup_free_ char *cmds = NULL, *state = NULL, *want = NULL, *ctl = expect_line_ctl(""),
@@ -208,7 +219,7 @@ START_TEST(test_enable_change_disable) {
 
         state = slurp(state_path);
         ck_assert_ptr_nonnull(strstr(state, "\"0\": \"Exclusive_Process\""));
-        ck_assert_ptr_nonnull(strstr(state, "\"active_thread_percentage\": \"50\""));
+        ck_assert_ptr_nonnull(strstr(state, "\"active_thread_percentage\": \"50.0\""));
         ck_assert_ptr_nonnull(strstr(state, "\"0\": \"2048M\""));
         ck_assert_ptr_nonnull(strstr(state, "\"running\": true"));
         ck_assert_ptr_nonnull(strstr(state, "\"visible\": \"" UUID "\""));
@@ -240,7 +251,7 @@ START_TEST(test_enable_change_disable) {
         free(state);
         state = slurp(state_path);
         ck_assert_ptr_nonnull(strstr(state, "\"0\": \"4096M\""));
-        ck_assert_ptr_nonnull(strstr(state, "\"active_thread_percentage\": \"25\""));
+        ck_assert_ptr_nonnull(strstr(state, "\"active_thread_percentage\": \"25.0\""));
         ck_assert_str_eq(states.seen, "starting,running");
 
         /* Disable: quit, compute mode Default, directories gone. */
@@ -318,7 +329,8 @@ START_TEST(test_adopt) {
         free(take_commands());
         memset(&states, 0, sizeof(states));
 
-        /* A new probe finds the daemon and holds it as running, without a SetMps. */
+        /* A new probe finds the daemon and holds it as running, without a SetMps, with the
+         * limits the earlier one sent (its limits file names this very daemon's pid). */
         m = new_mps();
         ck_assert_int_eq(mps_adopt(m), 1);
         run_until_idle(m);
@@ -330,6 +342,41 @@ START_TEST(test_adopt) {
         ck_assert_str_eq(cmds, want);
         /* Adopting again changes nothing. */
         ck_assert_int_eq(mps_adopt(m), 0);
+
+        /* The broker's SetMps with the limits in force: nothing runs. */
+        ck_assert_int_eq(set_and_wait(m, true, 2 * GIB, 50, NULL), 0);
+        free(cmds);
+        cmds = take_commands();
+        ck_assert_str_eq(cmds, "");
+
+        /* Dead: restarted with those limits. */
+        kill_daemon();
+        ck_assert_int_eq(mps_check_all(m), 1);
+        run_until_idle(m);
+        free(cmds);
+        cmds = take_commands();
+        free(want);
+        ck_assert_int_ge(asprintf(&want,
+                                  "%s\n"
+                                  "nvidia-cuda-mps-control < get_server_list\n"
+                                  "%s\n"
+                                  "%s\n"
+                                  "nvidia-cuda-mps-control < set_default_device_pinned_mem_limit 0 2048M\n"
+                                  "nvidia-cuda-mps-control < set_default_active_thread_percentage 50",
+                                  ctl, ctl_d, ctl), 0);
+        ck_assert_str_eq(cmds, want);
+        m = mps_free(m);
+
+        /* While no probe ran, another daemon took the pipe directory (not the one the
+         * limits file names): adopted, limits unknown. */
+        kill_daemon();
+        start_daemon_behind();
+        memset(&states, 0, sizeof(states));
+        m = new_mps();
+        ck_assert_int_eq(mps_adopt(m), 1);
+        run_until_idle(m);
+        ck_assert_int_eq(mps_get_state(m, UUID), MPS_STATE_RUNNING);
+        free(take_commands());
 
         /* Its limits are unknown: a restart starts it without sending any. */
         kill_daemon();
@@ -544,7 +591,7 @@ START_TEST(test_health_restart_then_failed) {
         state = slurp(state_path);
         ck_assert_ptr_nonnull(strstr(state, "\"running\": true"));
         ck_assert_ptr_nonnull(strstr(state, "\"0\": \"3072M\""));
-        ck_assert_ptr_nonnull(strstr(state, "\"active_thread_percentage\": \"30\""));
+        ck_assert_ptr_nonnull(strstr(state, "\"active_thread_percentage\": \"30.0\""));
 
         /* Dies again: failed, with the tool's words. */
         kill_daemon();
@@ -604,7 +651,7 @@ START_TEST(test_queue_in_order) {
         ck_assert_str_eq(states.seen, "starting,running,off,starting,running");
         state = slurp(state_path);
         ck_assert_ptr_nonnull(strstr(state, "\"0\": \"1024M\""));
-        ck_assert_ptr_nonnull(strstr(state, "\"active_thread_percentage\": \"10\""));
+        ck_assert_ptr_nonnull(strstr(state, "\"active_thread_percentage\": \"10.0\""));
 
         /* The queue is bounded. */
         for (unsigned i = 0; i < MPS_QUEUE_MAX; i++)
@@ -665,6 +712,55 @@ START_TEST(test_validate_and_cancel) {
 }
 END_TEST
 
+/* The systemd launcher's pure parts: the instance name and the unit's environment file. */
+START_TEST(test_systemd_unit_and_environment) {
+        _cleanup_free_ char *unit = NULL, *base = NULL, *env = NULL, *p = NULL;
+        const char *bad = NULL;
+        Mps *m = new_mps();
+
+        ck_assert_int_eq(mps_systemd_unit_name(UUID, &unit), 0);
+        /* The UUID as it is: %i in the template, no escaping needed. */
+        ck_assert_str_eq(unit, "kgpu-mps@" UUID ".service");
+        ck_assert_int_eq(mps_systemd_unit_name("GPU-0/../x", &p), -EINVAL);
+        ck_assert_int_eq(mps_systemd_unit_name("a b", &p), -EINVAL);
+        ck_assert_int_eq(mps_systemd_unit_name("", &p), -EINVAL);
+        ck_assert_ptr_null(p);
+
+        ck_assert_int_ge(asprintf(&base, "%s/" UUID, mps_dir), 0);
+        ck_assert_int_ge(asprintf(&p, "%s/run", tmpdir), 0);
+        ck_assert_int_eq(mkdir(p, 0755), 0);
+        p = mfree(p);
+        ck_assert_int_eq(mkdir(mps_dir, 0755), 0);
+        ck_assert_int_eq(mkdir(base, 0755), 0);
+        ck_assert_int_eq(mps_systemd_write_environment(base, UUID, pipe_dir, log_dir, "/usr/bin/nvidia-cuda-mps-control",
+                                                       &bad), 0);
+        ck_assert_int_ge(asprintf(&p, "%s/environment", base), 0);
+        ck_assert_int_eq(read_one_line_file_at(AT_FDCWD, p, 4096, &env), 0);
+        ck_assert_ptr_nonnull(strstr(env, "\nCUDA_VISIBLE_DEVICES=" UUID "\n"));
+        ck_assert_ptr_nonnull(strstr(env, "\nKGPU_NVIDIA_MPS_CONTROL=/usr/bin/nvidia-cuda-mps-control"));
+        ck_assert_ptr_nonnull(strstr(env, pipe_dir));
+        /* A value that would need quoting is refused, naming the variable; the file stays. */
+        ck_assert_int_eq(mps_systemd_write_environment(base, UUID, pipe_dir, log_dir, "/opt/my tools/mps-control", &bad),
+                         -EINVAL);
+        ck_assert_str_eq(bad, "KGPU_NVIDIA_MPS_CONTROL");
+        ck_assert_int_eq(mps_systemd_write_environment(base, UUID, "/run/$(x)", log_dir, fake_mps, &bad), -EINVAL);
+        ck_assert_str_eq(bad, "CUDA_MPS_PIPE_DIRECTORY");
+        ck_assert_int_eq(mps_systemd_write_environment(base, UUID, pipe_dir, log_dir, NULL, &bad), -EINVAL);
+        ck_assert_int_eq(access(p, F_OK), 0);
+
+        /* An MPS directory that is not the one the template reads: "auto" runs -d itself,
+         * without asking any bus. */
+        ck_assert_int_eq(mps_set_launcher(m, MPS_LAUNCHER_AUTO), 0);
+        ck_assert(!mps_uses_systemd(m));
+        ck_assert_int_eq(mps_set_launcher(m, MPS_LAUNCHER_DIRECT), 0);
+        /* The disable removes what the launcher wrote there too. */
+        ck_assert_int_eq(set_and_wait(m, true, GIB, 50, NULL), 0);
+        ck_assert_int_eq(set_and_wait(m, false, 0, 0, NULL), 0);
+        ck_assert_int_lt(access(base, F_OK), 0);
+        mps_free(m);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("mps");
         TCase *tc = tcase_create("mps");
@@ -685,6 +781,7 @@ int main(void) {
         tcase_add_test(tc, test_queue_in_order);
         tcase_add_test(tc, test_check_gives_way);
         tcase_add_test(tc, test_validate_and_cancel);
+        tcase_add_test(tc, test_systemd_unit_and_environment);
         suite_add_tcase(s, tc);
         sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);

@@ -350,18 +350,26 @@ START_TEST(test_mps) {
         ck_assert_int_ge(asprintf(&pipe_dir, "%s/mps-0", tmpdir), 0);
         setenv("CUDA_MPS_PIPE_DIRECTORY", pipe_dir, 1);
 
-        /* No daemon yet: the recorded refusal. */
+        /* No daemon yet: the recorded refusal, on stderr as the real tool writes it. */
         o = run_sync(fake_mps, c, &opts, false);
         ck_assert_int_eq(o.result.exit_status, 1);
-        ck_assert_int_eq(nvidia_mps_parse_reply(o.result.out, o.result.out_len, NULL), -ESRCH);
+        ck_assert_uint_eq(o.result.out_len, 0);
+        ck_assert_int_eq(nvidia_mps_parse_reply(o.result.err, o.result.err_len, NULL), -ESRCH);
         outcome_done(&o);
 
+        /* -d returns once the daemon listens (its grandchild keeps running). */
         o = run_sync(fake_mps, d, NULL, false);
         ck_assert_int_eq(o.result.exit_status, 0);
         outcome_done(&o);
         o = run_sync(fake_mps, c, &opts, false);
         ck_assert_int_eq(o.result.exit_status, 0);
-        ck_assert_int_eq(nvidia_mps_parse_reply(o.result.out, o.result.out_len, NULL), 0);
+        {
+                uint32_t tenths = 0;
+
+                /* The percentage in force, printed back. */
+                ck_assert_int_eq(nvidia_mps_parse_percentage_reply(o.result.out, o.result.out_len, &tenths, NULL), 0);
+                ck_assert_uint_eq(tenths, 500);
+        }
         outcome_done(&o);
 
         log = read_file(log_path);
@@ -370,7 +378,17 @@ START_TEST(test_mps) {
                                           "nvidia-cuda-mps-control < set_default_active_thread_percentage 50"));
         state = read_file(state_path);
         ck_assert_ptr_nonnull(strstr(state, "\"0\": \"2048M\""));
-        ck_assert_ptr_nonnull(strstr(state, "\"active_thread_percentage\": \"50\""));
+        ck_assert_ptr_nonnull(strstr(state, "\"active_thread_percentage\": \"50.0\""));
+        /* quit: the daemon is gone. */
+        opts = (NvidiaRunOptions) { .stdin_data = "quit\n", .stdin_len = 5 };
+        o = run_sync(fake_mps, c, &opts, false);
+        ck_assert_int_eq(o.result.exit_status, 0);
+        outcome_done(&o);
+        opts = (NvidiaRunOptions) { .stdin_data = "get_server_list\n", .stdin_len = 16 };
+        o = run_sync(fake_mps, c, &opts, false);
+        ck_assert_int_eq(o.result.exit_status, 1);
+        ck_assert_int_eq(nvidia_mps_parse_reply(o.result.err, o.result.err_len, NULL), -ESRCH);
+        outcome_done(&o);
         unsetenv("CUDA_MPS_PIPE_DIRECTORY");
 }
 END_TEST

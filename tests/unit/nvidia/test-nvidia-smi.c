@@ -83,7 +83,10 @@ static const char *const checked[] = {
         "mig-lgip-A30-1.txt", "mig-lgip-GH200-1.txt", "mig-lci-H100-80GB-1.txt", "mig-lci-RTXPRO6000-Blackwell-1.txt",
         "error-A10-GPU-PV-VM-1.txt", "error-A30-MIG-1.txt", "error-RTX2080S-win-1.txt",
         "error-Slurm-node-no-GPU-allocated-2.txt", "error-unknown-GPU-2.txt", "error-unknown-GPU-3.txt",
-        "error-unknown-GPU-7.txt", "mps-A100-Polaris-1.txt", "compute-mode-A100-80GB-MIG-1.txt",
+        "error-unknown-GPU-7.txt", "mps-A100-Polaris-1.txt", "mps-H100-no-daemon-1.txt",
+        "mps-H100-server-list-1.txt", "mps-H100-set-percentage-1.txt", "mps-H100-set-percentage-2.txt",
+        "mps-H100-set-percentage-3.txt", "mps-H100-set-limit-1.txt", "mps-H100-get-limit-1.txt",
+        "mps-H100-unknown-command-1.txt", "mps-H100-already-running-1.txt", "compute-mode-A100-80GB-MIG-1.txt",
         "compute-mode-unknown-GPU-VM-1.txt", "summary-8xB200-1.txt", "summary-GRIDK520-1.txt",
         "summary-GTX1080Ti-1.txt", "summary-H100-MIG-1.txt", "summary-L40S-1.txt", "summary-RTX2080S-win-1.txt",
         "q-8xV100-SXM2-16GB-1.txt", "q-A10-1.txt", "q-H100-MIG-1.txt", "q-H200-1.txt", "q-RTX2080S-win-1.txt",
@@ -881,6 +884,73 @@ START_TEST(test_mps_replies) {
 }
 END_TEST
 
+/* The answers recorded on an H100 (driver 580.159.04): which parser reads each, and what. */
+START_TEST(test_mps_replies_h100) {
+        static const struct {
+                const char *file;
+                int reply;              /* nvidia_mps_parse_reply() */
+                int percentage;         /* nvidia_mps_parse_percentage_reply() */
+                uint32_t tenths;
+        } cases[] = {
+                /* On stderr: the probe parses both streams. */
+                { "mps-H100-no-daemon-1.txt", -ESRCH, -ESRCH, 0 },
+                { "mps-H100-set-percentage-1.txt", -EBADMSG, 0, 80 },
+                { "mps-H100-set-percentage-2.txt", -EBADMSG, 0, 335 },
+                /* 0 refused: the value in force is printed, not the one asked for. */
+                { "mps-H100-set-percentage-3.txt", -EBADMSG, 0, 335 },
+                { "mps-H100-set-limit-1.txt", 0, -EBADMSG, 0 },
+                { "mps-H100-get-limit-1.txt", -EBADMSG, -EBADMSG, 0 },
+                { "mps-H100-unknown-command-1.txt", -EBADMSG, -EBADMSG, 0 },
+                { "mps-H100-already-running-1.txt", -EEXIST, -EBADMSG, 0 },
+        };
+        _cleanup_free_ pid_t *pids = NULL;
+        size_t n = 0;
+        Rec r;
+
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                _cleanup_free_ char *err = NULL, *err2 = NULL;
+                uint32_t tenths = UINT32_MAX;
+
+                r = rec_load(cases[i].file);
+                ck_assert_msg(nvidia_mps_parse_reply(r.text, r.len, &err) == cases[i].reply, "%s", cases[i].file);
+                ck_assert_msg(cases[i].reply == 0 || err, "%s: no message", cases[i].file);
+                ck_assert_msg(nvidia_mps_parse_percentage_reply(r.text, r.len, &tenths, &err2) == cases[i].percentage,
+                              "%s", cases[i].file);
+                if (cases[i].percentage == 0)
+                        ck_assert_uint_eq(tenths, cases[i].tenths);
+                else
+                        ck_assert_msg(err2 && tenths == UINT32_MAX, "%s", cases[i].file);
+                rec_done(&r);
+        }
+
+        r = rec_load("mps-H100-server-list-1.txt");
+        ck_assert_int_eq(nvidia_mps_parse_server_list(r.text, r.len, &pids, &n, NULL), 0);
+        ck_assert_uint_eq(n, 1);
+        ck_assert_int_eq(pids[0], 554);
+        rec_done(&r);
+        r = rec_load("mps-H100-unknown-command-1.txt");
+        ck_assert_int_eq(nvidia_mps_parse_server_list(r.text, r.len, &pids, &n, NULL), -EBADMSG);
+        rec_done(&r);
+
+        /* The limits step's answer: the pinned-memory line prints nothing, then the percentage. */
+        {
+                uint32_t t = 0;
+
+                ck_assert_int_eq(nvidia_mps_parse_percentage_reply("\n100.0\n", 7, &t, NULL), 0);
+                ck_assert_uint_eq(t, 1000);
+                ck_assert_int_eq(nvidia_mps_parse_percentage_reply("100.5\n", 6, &t, NULL), -EBADMSG);
+                ck_assert_int_eq(nvidia_mps_parse_percentage_reply("101.0\n", 6, &t, NULL), -EBADMSG);
+                ck_assert_int_eq(nvidia_mps_parse_percentage_reply("8.0\n8.0\n", 8, &t, NULL), -EBADMSG);
+                ck_assert_int_eq(nvidia_mps_parse_percentage_reply("8.05\n", 5, &t, NULL), -EBADMSG);
+                ck_assert_int_eq(nvidia_mps_parse_percentage_reply("-8.0\n", 5, &t, NULL), -EBADMSG);
+                ck_assert_int_eq(nvidia_mps_parse_percentage_reply(".5\n", 3, &t, NULL), -EBADMSG);
+                ck_assert_int_eq(nvidia_mps_parse_percentage_reply("8.\n", 3, &t, NULL), -EBADMSG);
+                ck_assert_int_eq(nvidia_mps_parse_percentage_reply("50\n", 3, &t, NULL), 0);
+                ck_assert_uint_eq(t, 500);
+        }
+}
+END_TEST
+
 START_TEST(test_helpers) {
         char pci[NVIDIA_PCI_ADDRESS_MAX];
         NvidiaComputeMode m;
@@ -996,6 +1066,7 @@ START_TEST(test_mutations) {
                                 NvidiaSmiError e;
                                 NvidiaComputeMode cm;
                                 pid_t *p = NULL;
+                                uint32_t tenths;
                                 size_t n, nm;
                                 char *err = NULL;
                                 int k;
@@ -1025,6 +1096,7 @@ START_TEST(test_mutations) {
                                 mp = mfree(mp);
                                 CHECK(nvidia_smi_parse_compute_mode_reply(copy, cut, &cm, &err));
                                 CHECK(nvidia_mps_parse_reply(copy, cut, &err));
+                                CHECK(nvidia_mps_parse_percentage_reply(copy, cut, &tenths, &err));
                                 CHECK(nvidia_mps_parse_server_list(copy, cut, &p, &n, &err));
                                 p = mfree(p);
                                 (void) nvidia_smi_parse_error(copy, cut, &e);
@@ -1055,6 +1127,7 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_mig_instance_join);
         tcase_add_test(tc, test_compute_mode_recordings);
         tcase_add_test(tc, test_mps_replies);
+        tcase_add_test(tc, test_mps_replies_h100);
         tcase_add_test(tc, test_helpers);
         suite_add_tcase(s, tc);
 
