@@ -238,8 +238,10 @@ def check_errors(node):
 def check_health(node):
     n0 = len(node.nvidia_commands())
     kill_daemon(node)
-    # Restarted within one interval (plus the tools' own time), same limits.
-    wait(lambda: daemon(node).get('running') and daemon(node).get('pinned_mem_limit'),
+    # Restarted within one interval (plus the tools' own time), same limits (both sent:
+    # the memory limit and then the percentage, two runs of the control tool).
+    wait(lambda: (lambda d: d.get('running') and d.get('pinned_mem_limit') and
+                  d.get('active_thread_percentage') != '100.0')(daemon(node)),
          'the daemon restarted with limits', timeout=INTERVAL_MS / 1000 * 2 + 5)
     dm = daemon(node)
     check(dm.get('pinned_mem_limit') == {'0': '4096M'} and dm.get('active_thread_percentage') == '25.0',
