@@ -449,7 +449,7 @@ def main():
     version = debs[0].split('_')[1] if debs else '?'
     # dpkg -i in its two steps, with a pause between: the bus re-reads its policy as
     # soon as the .conf files are unpacked, while the users they name do not exist yet
-    # (the trap DESIGN.md describes); the postinst must create them and make the bus
+    # (the trap docs/ARCHITECTURE.md describes under Packaging); the postinst must create them and make the bus
     # read the policy again, else the broker cannot own its name.
     reloads = lambda: sh('journalctl', '--no-pager', '-o', 'cat', '-u', 'dbus.service',
                          check_rc=False).stdout.count('Reloaded configuration')
