@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* bus-creds.c — the sender's uid check (see bus-creds.h). */
 
+#include <unistd.h>
+
 #include "common/bus-creds.h"
 #include "common/bus-names.h"
 #include "common/cleanup.h"
@@ -16,7 +18,8 @@ int bus_check_sender_uid(sd_bus_message *message, uid_t allowed, sd_bus_error *e
         if (r < 0)
                 return sd_bus_error_set_errnof(error, r, "Cannot determine caller: %m");
 
-        if (uid == 0 || (allowed != (uid_t) -1 && uid == allowed))
+        /* Our own uid is the same principal (a daemon run unprivileged for a test). */
+        if (uid == 0 || uid == geteuid() || (allowed != (uid_t) -1 && uid == allowed))
                 return 0;
 
         return sd_bus_error_setf(error, KGPU_ERROR_ACCESS_DENIED,
