@@ -58,6 +58,9 @@ trap 'rm -rf "$work"' EXIT
 # In a private mount namespace: the overlay goes away with it, the cache stays as it is.
 # Everything in the root is done through chroot: its /var/run is a link to /run.
 pkg=$pkg old=$old root=$root work=$work unshare -m --propagation private sh -eu -c '
+        # The overlays upper and work directories on a tmpfs: overlayfs refuses an upper
+        # directory on overlayfs (a container whose root is one, as a fresh CI machine).
+        mount -t tmpfs -o size=2g,mode=0700 tmpfs "$work"
         fail=0
         ok() { echo "ok: $*"; }
         bad() { echo "FAIL: $*"; fail=1; }
