@@ -547,7 +547,7 @@ int broker_client_forward(Plugin *p, GrpcCall *call, BrokerForwardKind kind,
 
         switch (kind) {
         case BROKER_FORWARD_ALLOCATE:
-                r = grpcd_allocate_request_to_bus(msg, len, req, &n_containers, &reason);
+                r = grpcd_allocate_request_to_bus(msg, len, req, &n_containers, NULL, &reason);
                 break;
         case BROKER_FORWARD_PREFERRED:
                 r = grpcd_preferred_request_to_bus(msg, len, req, &n_containers, &reason);

@@ -234,7 +234,7 @@ fail:
         return bus_to_errno(r);
 }
 
-static int pack_message(const ProtobufCMessage *msg, uint8_t **ret, size_t *ret_len) {
+int grpcd_message_pack(const ProtobufCMessage *msg, uint8_t **ret, size_t *ret_len) {
         size_t len = protobuf_c_message_get_packed_size(msg);
         uint8_t *buf;
 
@@ -299,7 +299,7 @@ int grpcd_list_and_watch_encode(const GrpcdDevice *d, size_t n, uint8_t **ret, s
         resp.n_devices = n;
         resp.devices = devp;
 
-        return pack_message(&resp.base, ret, ret_len);
+        return grpcd_message_pack(&resp.base, ret, ret_len);
 }
 
 int grpcd_options_encode(bool pre_start_required, bool get_preferred_allocation_available,
@@ -308,13 +308,13 @@ int grpcd_options_encode(bool pre_start_required, bool get_preferred_allocation_
 
         o.pre_start_required = pre_start_required;
         o.get_preferred_allocation_available = get_preferred_allocation_available;
-        return pack_message(&o.base, ret, ret_len);
+        return grpcd_message_pack(&o.base, ret, ret_len);
 }
 
 int grpcd_prestart_reply_encode(uint8_t **ret, size_t *ret_len) {
         V1beta1__PreStartContainerResponse o = V1BETA1__PRE_START_CONTAINER_RESPONSE__INIT;
 
-        return pack_message(&o.base, ret, ret_len);
+        return grpcd_message_pack(&o.base, ret, ret_len);
 }
 
 int grpcd_register_request_encode(const char *endpoint, const char *resource,
@@ -332,7 +332,7 @@ int grpcd_register_request_encode(const char *endpoint, const char *resource,
         req.endpoint = (char *) endpoint;
         req.resource_name = (char *) resource;
         req.options = &o;
-        return pack_message(&req.base, ret, ret_len);
+        return grpcd_message_pack(&req.base, ret, ret_len);
 }
 
 /* Checks and appends one list of device ids as "as". */
@@ -366,7 +366,8 @@ static int append_ids(sd_bus_message *m, char **ids, size_t n, bool allow_empty,
 }
 
 int grpcd_allocate_request_to_bus(const uint8_t *msg, size_t len, sd_bus_message *m,
-                                  size_t *ret_n_containers, const char **ret_reason) {
+                                  size_t *ret_n_containers, V1beta1__AllocateRequest **ret_request,
+                                  const char **ret_reason) {
         V1beta1__AllocateRequest *req;
         size_t n;
         int r;
@@ -399,9 +400,12 @@ int grpcd_allocate_request_to_bus(const uint8_t *msg, size_t len, sd_bus_message
 
         if (ret_n_containers)
                 *ret_n_containers = n;
+        if (ret_request)
+                *ret_request = TAKE_PTR(req);
         r = 0;
 finish:
-        v1beta1__allocate_request__free_unpacked(req, NULL);
+        if (req)
+                v1beta1__allocate_request__free_unpacked(req, NULL);
         return r;
 }
 
@@ -670,8 +674,7 @@ static int read_container_response(sd_bus_message *m, V1beta1__ContainerAllocate
         return r < 0 ? bus_to_errno(r) : 0;
 }
 
-int grpcd_allocate_reply_from_bus(sd_bus_message *reply, size_t n_containers,
-                                  uint8_t **ret, size_t *ret_len) {
+int grpcd_allocate_reply_read(sd_bus_message *reply, size_t n_containers, V1beta1__AllocateResponse **ret) {
         V1beta1__AllocateResponse *resp;
         int r;
 
@@ -729,8 +732,23 @@ int grpcd_allocate_reply_from_bus(sd_bus_message *reply, size_t n_containers,
                 goto finish;
         }
 
-        r = pack_message(&resp->base, ret, ret_len);
+        *ret = TAKE_PTR(resp);
+        r = 0;
 finish:
+        if (resp)
+                protobuf_c_message_free_unpacked(&resp->base, NULL);
+        return r;
+}
+
+int grpcd_allocate_reply_from_bus(sd_bus_message *reply, size_t n_containers,
+                                  uint8_t **ret, size_t *ret_len) {
+        V1beta1__AllocateResponse *resp = NULL;
+        int r;
+
+        r = grpcd_allocate_reply_read(reply, n_containers, &resp);
+        if (r < 0)
+                return r;
+        r = grpcd_message_pack(&resp->base, ret, ret_len);
         protobuf_c_message_free_unpacked(&resp->base, NULL);
         return r;
 }
@@ -817,7 +835,7 @@ int grpcd_preferred_reply_from_bus(sd_bus_message *reply, size_t n_containers,
                 goto finish;
         }
 
-        r = pack_message(&resp->base, ret, ret_len);
+        r = grpcd_message_pack(&resp->base, ret, ret_len);
 finish:
         protobuf_c_message_free_unpacked(&resp->base, NULL);
         return r;

@@ -10,9 +10,13 @@
  *    message of that type; -EINVAL: it breaks a bound or carries a bad id; both set
  *    *ret_reason to a static text for the gRPC status message. ret_n_containers, when
  *    given, receives the number of container requests.
+ *    grpcd_allocate_request_to_bus() also hands out the decoded request when asked
+ *    (ret_request, freed with protobuf_c_message_free_unpacked()).
  *  - grpcd_*_reply_from_bus() read a Broker1 reply and encode the protobuf answer into a newly
  *    allocated buffer. -EBADMSG: the reply does not have the expected shape or breaks a
  *    bound (including a container count other than n_containers).
+ *    grpcd_allocate_reply_read() stops before the encoding, so that the answer can be
+ *    checked first (gate.h); grpcd_message_pack() encodes it then.
  *  - Buffers are returned in *ret and *ret_len, freed by the caller; ret_* are untouched on
  *    failure.
  */
@@ -26,6 +30,7 @@
 
 #include "common/cleanup.h"
 #include "common/grpc-h2.h"
+#include "deviceplugin.pb-c.h"
 
 #define GRPCD_RESOURCES_MAX        256u   /* resources the broker may advertise */
 #define GRPCD_DEVICES_MAX          4096u  /* devices per resource */
@@ -62,9 +67,13 @@ int grpcd_options_encode(bool pre_start_required, bool get_preferred_allocation_
                          uint8_t **ret, size_t *ret_len);
 
 int grpcd_allocate_request_to_bus(const uint8_t *msg, size_t len, sd_bus_message *m,
-                                  size_t *ret_n_containers, const char **ret_reason);
+                                  size_t *ret_n_containers, V1beta1__AllocateRequest **ret_request,
+                                  const char **ret_reason);
 int grpcd_allocate_reply_from_bus(sd_bus_message *reply, size_t n_containers,
                                   uint8_t **ret, size_t *ret_len);
+int grpcd_allocate_reply_read(sd_bus_message *reply, size_t n_containers, V1beta1__AllocateResponse **ret);
+/* Encodes any protobuf message into a new buffer (never NULL, also when empty). */
+int grpcd_message_pack(const ProtobufCMessage *msg, uint8_t **ret, size_t *ret_len);
 
 int grpcd_preferred_request_to_bus(const uint8_t *msg, size_t len, sd_bus_message *m,
                                    size_t *ret_n_containers, const char **ret_reason);

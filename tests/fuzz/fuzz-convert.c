@@ -57,7 +57,7 @@ static void request_case(unsigned kind, const uint8_t *p, size_t n) {
                 abort();
         switch (kind) {
         case 0:
-                r = grpcd_allocate_request_to_bus(p, n, m, &n_containers, &reason);
+                r = grpcd_allocate_request_to_bus(p, n, m, &n_containers, NULL, &reason);
                 break;
         case 1:
                 r = grpcd_preferred_request_to_bus(p, n, m, &n_containers, &reason);

@@ -293,7 +293,7 @@ START_TEST(test_allocate_request) {
         _cleanup_strv_free_ char **l0 = NULL, **l1 = NULL;
         const char *reason = NULL;
 
-        ck_assert_int_eq(grpcd_allocate_request_to_bus(buf, len, m, &n_containers, &reason), 0);
+        ck_assert_int_eq(grpcd_allocate_request_to_bus(buf, len, m, &n_containers, NULL, &reason), 0);
         ck_assert_uint_eq(n_containers, 2);
         seal(m);
         ck_assert_str_eq(sd_bus_message_get_signature(m, true), "aas");
@@ -317,7 +317,7 @@ START_TEST(test_allocate_request_hostile) {
                 static const uint8_t junk[] = { 0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x01 };
 
                 reason = NULL;
-                ck_assert_int_eq(grpcd_allocate_request_to_bus(junk, sizeof(junk), m, &n_containers, &reason),
+                ck_assert_int_eq(grpcd_allocate_request_to_bus(junk, sizeof(junk), m, &n_containers, NULL, &reason),
                                  -EBADMSG);
                 ck_assert_ptr_nonnull(reason);
         }
@@ -326,7 +326,7 @@ START_TEST(test_allocate_request_hostile) {
                 _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = new_message();
 
                 reason = NULL;
-                ck_assert_int_eq(grpcd_allocate_request_to_bus((const uint8_t *) "", 0, m, &n_containers, &reason),
+                ck_assert_int_eq(grpcd_allocate_request_to_bus((const uint8_t *) "", 0, m, &n_containers, NULL, &reason),
                                  -EINVAL);
                 ck_assert_ptr_nonnull(strstr(reason, "no container"));
         }
@@ -340,11 +340,11 @@ START_TEST(test_allocate_request_hostile) {
                 _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = new_message();
                 _cleanup_(sd_bus_message_unrefp) sd_bus_message *m2 = new_message();
 
-                ck_assert_int_eq(grpcd_allocate_request_to_bus(buf, len, m, &n_containers, &reason), -EINVAL);
+                ck_assert_int_eq(grpcd_allocate_request_to_bus(buf, len, m, &n_containers, NULL, &reason), -EINVAL);
                 ids[0] = bad;
                 n_ids[0] = 2;
                 buf2 = pack_allocate(ids, n_ids, 1, &len);
-                ck_assert_int_eq(grpcd_allocate_request_to_bus(buf2, len, m2, &n_containers, &reason), -EINVAL);
+                ck_assert_int_eq(grpcd_allocate_request_to_bus(buf2, len, m2, &n_containers, NULL, &reason), -EINVAL);
                 ck_assert_ptr_nonnull(strstr(reason, "invalid device id"));
         }
         /* too many ids in one container */
@@ -361,7 +361,7 @@ START_TEST(test_allocate_request_hostile) {
                         many[i] = (char *) "id";
                 buf = pack_allocate(ids, n_ids, 1, &len);
                 free(many);
-                ck_assert_int_eq(grpcd_allocate_request_to_bus(buf, len, m, &n_containers, &reason), -EINVAL);
+                ck_assert_int_eq(grpcd_allocate_request_to_bus(buf, len, m, &n_containers, NULL, &reason), -EINVAL);
                 ck_assert_ptr_nonnull(strstr(reason, "too many"));
         }
         ck_assert_uint_eq(n_containers, 4711);
