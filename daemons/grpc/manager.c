@@ -22,9 +22,11 @@
 #include "daemons/grpc/podresources.h"
 #include "daemons/grpc/reload.h"
 #include "daemons/grpc/broker-client.h"
+#include "daemons/grpc/gpus-link.h"
 #include "daemons/grpc/kubelet-link.h"
 #include "daemons/grpc/manager.h"
 #include "daemons/grpc/plugin.h"
+#include "daemons/grpc/probe-gpus.h"
 #include "daemons/grpc/registration.h"
 
 int manager_new(sd_event *event, Config *config, Manager **ret) {
@@ -63,9 +65,11 @@ Manager *manager_free(Manager *m) {
         if (m->bus) {
                 broker_client_stop(m);
                 kubelet_link_stop(m);
+                gpus_link_stop(m);
                 m->bus = sd_bus_flush_close_unref(m->bus);
         }
         manager_remove_sockets(m);
+        m->gpus = probe_gpus_free(m->gpus);
 
         free(m->kubelet_state);
         free(m->device_plugin_path);
@@ -238,6 +242,11 @@ int manager_start(Manager *m) {
         r = kubelet_link_start(m);
         if (r < 0)
                 return log_error_errno(r, "Failed to follow %s: %m", "io.kgpu.Probe1");
+
+        /* Before the broker: its answers are checked against the probe's GPU objects. */
+        r = gpus_link_start(m);
+        if (r < 0)
+                return log_error_errno(r, "Failed to follow the GPU objects of %s: %m", "io.kgpu.Probe1");
 
         r = broker_client_start(m);
         if (r < 0)

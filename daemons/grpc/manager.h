@@ -4,7 +4,8 @@
  * watch on the kubelet's device-plugins directory.
  *
  * Contract: manager_new() takes ownership of the Config. manager_start() connects to
- * the system bus, starts following io.kgpu.Broker1 and, for everything on the
+ * the system bus, starts following io.kgpu.Broker1, the probe's GPU objects (the
+ * reference of every Allocate answer, gpus-link.c) and, for everything on the
  * kubelet's side, io.kgpu.Probe1's io.kgpu.Kubelet1 (kubelet-link.c): grpcd has no
  * access to the kubelet's directories. It returns a negative errno if any of that fails
  * (logged by the caller). Plugins (one per advertised resource) are created and freed
@@ -65,6 +66,18 @@ typedef struct Manager {
         uint64_t last_failure_usec;
 
         uint64_t kubelet_appeared_usec; /* CLOCK_MONOTONIC when kubelet.sock appeared */
+
+        /* The probe's GPU objects, what every Allocate answer is checked against
+         * (gpus-link.c, gate.c). */
+        struct ProbeGpus *gpus;
+        char *gpus_owner;               /* unique name of io.kgpu.Probe1 believed, NULL: none */
+        char *gpus_candidate;           /* its owner being checked */
+        sd_bus_slot *gpus_owner_match;
+        sd_bus_slot *gpus_objects_match;
+        sd_bus_slot *gpus_props_match;
+        sd_bus_slot *gpus_call;         /* GetNameOwner, GetConnectionUnixUser or GetManagedObjects */
+        unsigned gate_warnings;         /* refusals logged at warning since gate_window_usec */
+        uint64_t gate_window_usec;
 
         /* Reconciliation with the kubelet's PodResources (podresources.c). */
         struct PodResourcesClient *pod_resources;
