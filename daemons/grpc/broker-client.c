@@ -19,6 +19,7 @@
 #include "common/util.h"
 #include "daemons/grpc/broker-client.h"
 #include "daemons/grpc/convert.h"
+#include "daemons/grpc/gate.h"
 #include "daemons/grpc/podresources.h"
 
 static uint64_t broker_timeout_usec(Manager *m) {
@@ -422,6 +423,9 @@ typedef struct Forward {
          * after a reconciliation: the call as sent, to be copied into a new one. */
         sd_bus_message *req;
         bool retried;
+        /* Allocate: what the answer is checked against (gate.h). */
+        char *resource;
+        V1beta1__AllocateRequest *request;
 } Forward;
 
 static void forward_free(void *userdata) {
@@ -431,7 +435,76 @@ static void forward_free(void *userdata) {
                 return;
         grpc_call_unref(f->call);
         sd_bus_message_unref(f->req);
+        free(f->resource);
+        if (f->request)
+                protobuf_c_message_free_unpacked(&f->request->base, NULL);
         free(f);
+}
+
+/* Refusals of the gate are logged at warning up to this many per minute, then at debug:
+ * a hostile broker cannot flood the journal. */
+#define GATE_WARNINGS_PER_MINUTE 10u
+
+static void gate_log_refusal(Manager *m, const char *resource, const char *reason) {
+        uint64_t now = now_usec(CLOCK_MONOTONIC);
+
+        if (now - m->gate_window_usec >= 60 * 1000 * 1000ULL) {
+                if (m->gate_warnings > GATE_WARNINGS_PER_MINUTE)
+                        log_warning("%u more Allocate answer(s) of kgpu-brokerd were refused in the last minute "
+                                    "(logged at debug).", m->gate_warnings - GATE_WARNINGS_PER_MINUTE);
+                m->gate_window_usec = now;
+                m->gate_warnings = 0;
+        }
+        if (++m->gate_warnings <= GATE_WARNINGS_PER_MINUTE)
+                log_struct(LOG_WARNING, KGPU_MESSAGE_ANSWER_REFUSED,
+                           "Refused kgpu-brokerd's Allocate answer for %s, nothing of it reaches the kubelet: %s.",
+                           resource, reason);
+        else
+                log_debug("Refused kgpu-brokerd's Allocate answer for %s: %s.", resource, reason);
+}
+
+/* The broker's Allocate answer, checked against the probe's GPU objects before it is
+ * encoded for the kubelet; finishes the call either way. */
+static void forward_allocate_answer(Forward *f, sd_bus_message *reply) {
+        Manager *m = f->manager;
+        V1beta1__AllocateResponse *answer = NULL;
+        _cleanup_free_ char *reason = NULL, *text = NULL;
+        _cleanup_free_ uint8_t *buf = NULL;
+        size_t len = 0;
+        int r;
+
+        r = grpcd_allocate_reply_read(reply, f->n_containers, &answer);
+        if (r < 0) {
+                log_warning_errno(r, "io.kgpu.Broker1.Allocate sent an answer that cannot be forwarded: %m");
+                (void) grpc_call_finish(f->call, GRPC_STATUS_INTERNAL, "kgpu-brokerd sent an invalid answer");
+                return;
+        }
+        r = f->request ? gate_check_allocate(m->gpus, m->config->nvidia_cdi_annotation_prefix, f->resource,
+                                             f->request, answer, &reason)
+                       : -EINVAL;
+        if (r >= 0)
+                r = grpcd_message_pack(&answer->base, &buf, &len);
+        protobuf_c_message_free_unpacked(&answer->base, NULL);
+
+        if (r == -EPERM || r == -ENODATA) {
+                if (r == -EPERM)
+                        gate_log_refusal(m, f->resource, reason);
+                else
+                        log_warning("Refused kgpu-brokerd's Allocate answer for %s: %s.", f->resource, reason);
+                if (asprintf(&text, "kgpu-grpcd refused the Allocate answer of kgpu-brokerd: %s", reason) < 0)
+                        text = NULL;
+                (void) grpc_call_finish(f->call, r == -EPERM ? GRPC_STATUS_PERMISSION_DENIED : GRPC_STATUS_UNAVAILABLE,
+                                        text ?: "kgpu-grpcd refused the Allocate answer of kgpu-brokerd");
+                return;
+        }
+        if (r < 0) {
+                log_warning_errno(r, "Failed to check or encode the Allocate answer for %s: %m", f->resource);
+                (void) grpc_call_finish(f->call, GRPC_STATUS_INTERNAL, "kgpu-grpcd failed to check the answer");
+                return;
+        }
+        r = grpc_call_reply(f->call, buf, len);
+        if (r < 0)
+                log_debug_errno(r, "Failed to send the Allocate answer, ignoring: %m");
 }
 
 static void on_retry_synced(int result, void *userdata);
@@ -480,6 +553,8 @@ static int on_forward_reply(sd_bus_message *reply, void *userdata, sd_bus_error 
                                 again->call = grpc_call_ref(f->call);
                                 again->retried = true;
                                 f->req = NULL;
+                                f->resource = NULL;
+                                f->request = NULL;
                                 if (pod_resources_sync(f->manager->pod_resources, on_retry_synced, again) >= 0) {
                                         log_debug("%s: %s; reconciling with the kubelet and asking again.",
                                                   grpc_call_get_method(f->call), e->message ?: e->name);
@@ -495,8 +570,8 @@ static int on_forward_reply(sd_bus_message *reply, void *userdata, sd_bus_error 
 
         switch (f->kind) {
         case BROKER_FORWARD_ALLOCATE:
-                r = grpcd_allocate_reply_from_bus(reply, f->n_containers, &buf, &len);
-                break;
+                forward_allocate_answer(f, reply);
+                return 0;
         case BROKER_FORWARD_PREFERRED:
                 r = grpcd_preferred_reply_from_bus(reply, f->n_containers, &buf, &len);
                 break;
@@ -526,6 +601,7 @@ int broker_client_forward(Plugin *p, GrpcCall *call, BrokerForwardKind kind,
                           const uint8_t *msg, size_t len) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *req = NULL;
         Manager *m = p->manager;
+        V1beta1__AllocateRequest *request = NULL;
         const char *reason = NULL;
         size_t n_containers = 0;
         Forward *f;
@@ -547,7 +623,7 @@ int broker_client_forward(Plugin *p, GrpcCall *call, BrokerForwardKind kind,
 
         switch (kind) {
         case BROKER_FORWARD_ALLOCATE:
-                r = grpcd_allocate_request_to_bus(msg, len, req, &n_containers, NULL, &reason);
+                r = grpcd_allocate_request_to_bus(msg, len, req, &n_containers, &request, &reason);
                 break;
         case BROKER_FORWARD_PREFERRED:
                 r = grpcd_preferred_request_to_bus(msg, len, req, &n_containers, &reason);
@@ -575,10 +651,21 @@ int broker_client_forward(Plugin *p, GrpcCall *call, BrokerForwardKind kind,
                 .timeout_ms = (uint32_t) (broker_timeout_usec(m) / 1000),
                 /* Only an Allocate is asked again (on_forward_reply()). */
                 .req = kind == BROKER_FORWARD_ALLOCATE ? sd_bus_message_ref(req) : NULL,
+                .request = TAKE_PTR(request),
         };
+        if (kind == BROKER_FORWARD_ALLOCATE) {
+                f->resource = strdup(p->resource);
+                if (!f->resource) {
+                        forward_free(f);
+                        r = -ENOMEM;
+                        goto internal;
+                }
+        }
         return forward_send(m, req, f);
 
 internal:
+        if (request)
+                protobuf_c_message_free_unpacked(&request->base, NULL);
         log_debug_errno(r, "Failed to build the %s call: %m", forward_member[kind]);
         return grpc_call_finish(call, GRPC_STATUS_INTERNAL, "internal error building the broker call");
 }

@@ -53,6 +53,8 @@ int grpcd_reload(Manager *m) {
                 log_notice("grpc.* limits changed; kgpu-grpcd uses the new values after a restart.");
 
         SWAP_TWO(cur->log_level, c->log_level);
+        /* What the gate accepts as annotation keys follows the broker's (gate.h). */
+        SWAP_TWO(cur->nvidia_cdi_annotation_prefix, c->nvidia_cdi_annotation_prefix);
         cur->reconcile_interval_sec = c->reconcile_interval_sec;
         cur->register_timeout_ms = c->register_timeout_ms;
         cur->broker_timeout_ms = c->broker_timeout_ms;

@@ -6,7 +6,8 @@
  * (Manager.args). An invalid file is logged (file:line:key) and changes nothing.
  * Otherwise the settings that apply to a running grpcd are taken over: logLevel,
  * kubelet.podResourcesSocket, kubelet.reconcileIntervalSec (timer restarted),
- * kubelet.registerTimeoutMs, grpc.brokerTimeoutMs; the others (directories, users,
+ * kubelet.registerTimeoutMs, grpc.brokerTimeoutMs, flags.plugin.cdiAnnotationPrefix (the
+ * annotation keys the gate lets through, gate.h); the others (directories, users,
  * socket limits) are logged as needing a restart. Then the broker's resources are
  * listed again, so that a resource whose options changed registers again with the
  * kubelet, and a reconciliation round is requested.

@@ -7,8 +7,10 @@
  * ListResources, GetDevices, Allocate, GetPreferredAllocation, PreStartContainer; it can
  * be told to fail or to never answer), serves the probe's io.kgpu.Kubelet1 on a third
  * (the probe's own KubeletDir and vtable, making the plugin sockets in the test's
- * directory) and plays the kubelet (gRPC client calls on the plugin socket). Checks: waiting for an absent broker, serving once it appears, the Allocate
- * answer, error mapping (UnknownDevice, Unhealthy, AccessDenied), health changes through
+ * directory) with one Intel GPU object under its ObjectManager, and plays the kubelet
+ * (gRPC client calls on the plugin socket). Checks: waiting for an absent broker,
+ * serving once it appears, the Allocate answer, an answer with a node of no GPU refused
+ * (PERMISSION_DENIED, nothing of it forwarded), error mapping (UnknownDevice, Unhealthy, AccessDenied), health changes through
  * ResourcesChanged, a broker that does not answer (UNAVAILABLE after
  * Config.broker_timeout_ms), a broker that leaves the bus (UNAVAILABLE at once) and a
  * resource the broker stops listing (closed after the grace period), a failed GetDevices
@@ -57,7 +59,48 @@ static void on_kubelet_changed(KubeletDir *k, void *userdata) {
         ck_assert_int_ge(kubelet_dbus_emit(probe_bus), 0);
 }
 
-/* io.kgpu.Kubelet1 as the probe serves it, for the test's directory. */
+/* The probe's GPU object for GPU, as io.kgpu.Gpu1 exports it (only what grpcd reads). */
+static const char *gpu_strings[] = { GPU, "intel", "i915", "", "/dev/dri/card0", "/dev/dri/renderD128", "" };
+static char *gpu_nodes[] = { (char *) "/dev/dri/card0", (char *) "/dev/dri/renderD128", NULL };
+
+static int gpu_string(sd_bus *bus, const char *path, const char *interface, const char *property,
+                      sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        return sd_bus_message_append_basic(reply, 's', *(const char **) userdata);
+}
+
+static int gpu_index(sd_bus *bus, const char *path, const char *interface, const char *property,
+                     sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        return sd_bus_message_append(reply, "i", -1);
+}
+
+static int gpu_node_list(sd_bus *bus, const char *path, const char *interface, const char *property,
+                         sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        return sd_bus_message_append_strv(reply, streq(property, "DeviceNodes") ? gpu_nodes : (char *[]) { NULL });
+}
+
+static int gpu_migs(sd_bus *bus, const char *path, const char *interface, const char *property,
+                    sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        return sd_bus_message_append(reply, "a(ussuuast)", 0);
+}
+
+static const sd_bus_vtable gpu_vtable[] = {
+        SD_BUS_VTABLE_START(0),
+        SD_BUS_PROPERTY("Id", "s", gpu_string, 0 * sizeof(char *), SD_BUS_VTABLE_PROPERTY_CONST),
+        SD_BUS_PROPERTY("Vendor", "s", gpu_string, 1 * sizeof(char *), SD_BUS_VTABLE_PROPERTY_CONST),
+        SD_BUS_PROPERTY("Driver", "s", gpu_string, 2 * sizeof(char *), 0),
+        SD_BUS_PROPERTY("Uuid", "s", gpu_string, 3 * sizeof(char *), 0),
+        SD_BUS_PROPERTY("CardNode", "s", gpu_string, 4 * sizeof(char *), 0),
+        SD_BUS_PROPERTY("RenderNode", "s", gpu_string, 5 * sizeof(char *), 0),
+        SD_BUS_PROPERTY("MpsPipeDirectory", "s", gpu_string, 6 * sizeof(char *), 0),
+        SD_BUS_PROPERTY("Index", "i", gpu_index, 0, 0),
+        SD_BUS_PROPERTY("DeviceNodes", "as", gpu_node_list, 0, 0),
+        SD_BUS_PROPERTY("ByPathNodes", "as", gpu_node_list, 0, 0),
+        SD_BUS_PROPERTY("MigDevices", "a(ussuuast)", gpu_migs, 0, 0),
+        SD_BUS_VTABLE_END,
+};
+
+/* io.kgpu.Kubelet1 as the probe serves it, for the test's directory, and the
+ * ObjectManager with one Intel GPU object (what grpcd checks Allocate answers against). */
 static void probe_start(void) {
         Config c = { .device_plugin_path = dir, .intel_enabled = true };
 
@@ -66,6 +109,9 @@ static void probe_start(void) {
         ck_assert_int_ge(sd_bus_open_system(&probe_bus), 0);
         ck_assert_int_ge(sd_bus_attach_event(probe_bus, event, 0), 0);
         ck_assert_int_ge(kubelet_dbus_add(probe_bus, kdir), 0);
+        ck_assert_int_ge(sd_bus_add_object_manager(probe_bus, NULL, KGPU_PROBE_PATH), 0);
+        ck_assert_int_ge(sd_bus_add_object_vtable(probe_bus, NULL, KGPU_GPU_PATH_PREFIX "/pci_0000_03_00_0",
+                                                  KGPU_GPU_INTERFACE, gpu_vtable, gpu_strings), 0);
         ck_assert_int_ge(sd_bus_request_name(probe_bus, KGPU_PROBE_BUS_NAME, 0), 0);
         ck_assert_int_eq(kubelet_dir_start(kdir), 0);
 }
@@ -75,6 +121,7 @@ static struct {
         bool healthy;
         bool silent;                    /* never answer Allocate */
         bool deny;                      /* PreStartContainer: AccessDenied */
+        bool foreign;                   /* Allocate: also a node of no GPU (/dev/sda) */
         unsigned fail_get_devices;      /* GetDevices calls still to fail */
         sd_bus_message *held;           /* an unanswered Allocate */
         unsigned n_allocate;
@@ -132,11 +179,12 @@ static int fake_allocate(sd_bus_message *m, void *userdata, sd_bus_error *error)
         ck_assert_int_ge(sd_bus_message_new_method_return(m, &reply), 0);
         ck_assert_int_ge(sd_bus_message_open_container(reply, 'a', "(a{ss}a(ssb)a(sss)a{ss}as)"), 0);
         ck_assert_int_ge(sd_bus_message_open_container(reply, 'r', "a{ss}a(ssb)a(sss)a{ss}as"), 0);
-        ck_assert_int_ge(sd_bus_message_append(reply, "a{ss}a(ssb)a(sss)a{ss}as",
-                                               0, 0,
-                                               2, "/dev/dri/card0", "/dev/dri/card0", "rw",
+        ck_assert_int_ge(sd_bus_message_append(reply, "a{ss}a(ssb)", 0, 0), 0);
+        ck_assert_int_ge(sd_bus_message_append(reply, "a(sss)", broker.foreign ? 3 : 2,
+                                               "/dev/dri/card0", "/dev/dri/card0", "rw",
                                                "/dev/dri/renderD128", "/dev/dri/renderD128", "rw",
-                                               0, 0), 0);
+                                               "/dev/sda", "/dev/sda", "rwm"), 0);
+        ck_assert_int_ge(sd_bus_message_append(reply, "a{ss}as", 0, 0), 0);
         ck_assert_int_ge(sd_bus_message_close_container(reply), 0);
         ck_assert_int_ge(sd_bus_message_close_container(reply), 0);
         return sd_bus_send(NULL, reply, NULL);
@@ -406,6 +454,15 @@ START_TEST(test_follow_and_forward) {
         ck_assert_str_eq(ar->container_responses[0]->devices[1]->permissions, "rw");
         v1beta1__allocate_response__free_unpacked(ar, NULL);
         reply_done(&r);
+
+        /* An answer with a node of no GPU the probe exports does not reach the kubelet. */
+        broker.foreign = true;
+        allocate(GPU, &r);
+        ck_assert_int_eq(r.status, GRPC_STATUS_PERMISSION_DENIED);
+        ck_assert_ptr_nonnull(strstr(r.message, "/dev/sda"));
+        ck_assert_uint_eq(r.len, 0);
+        reply_done(&r);
+        broker.foreign = false;
 
         /* Errors map to gRPC statuses with the broker's message. */
         allocate("0000:99:00.0", &r);
