@@ -173,3 +173,91 @@ write('fuzz-convert', 'allocate-reply-count', bytes([4, 2, 0, 1]) + one)
 write('fuzz-convert', 'preferred-reply', bytes([5, 1, 0, 1, 2]) + word(0) + word(1))
 write('fuzz-convert', 'names', bytes([6]) + b'gpu.intel.com/i915')
 write('fuzz-convert', 'error-name', bytes([6]) + b'io.kgpu.Broker1.Error.UnknownDevice')
+
+# The gate (case 7, first byte 0xf3..0xf7): an inventory, a property update, a request
+# and an answer; word indexes into fuzz-convert.c's gate_words, types into gate_types.
+W_ID, W_VENDOR, W_DRIVER, W_UUID, W_INDEX, W_CARD, W_RENDER, W_NODES, W_BYPATH, W_MIGS, W_MPS = range(11)
+
+
+def g_s(name, val):
+    return word(name) + bytes([0]) + val
+
+
+def g_as(name, vals):
+    return word(name) + bytes([2, len(vals)]) + b''.join(vals)
+
+
+def g_i(name, v):
+    return word(name) + bytes([4]) + struct.pack('>i', v)
+
+
+def g_migs(migs):
+    out = word(W_MIGS) + bytes([5, len(migs)])
+    for index, uuid, nodes in migs:
+        out += struct.pack('>I', index) + uuid + s('1g.10gb') + struct.pack('>II', 1, 0)
+        out += bytes([len(nodes)]) + b''.join(nodes) + struct.pack('>II', 0, 10 << 20)
+    return out
+
+
+def g_object(path, props):
+    return bytes([path, 1, len(props)]) + b''.join(props)
+
+
+intel_gpu = g_object(0, [g_s(W_ID, word(12)), g_s(W_VENDOR, word(21)), g_s(W_DRIVER, word(23)),
+                         g_s(W_CARD, word(25)), g_s(W_RENDER, word(26)), g_as(W_NODES, [word(25), word(26)]),
+                         g_as(W_BYPATH, [word(30)])])
+nvidia_gpu = g_object(1, [g_s(W_ID, word(14)), g_s(W_VENDOR, word(22)), g_s(W_DRIVER, word(22)),
+                          g_s(W_UUID, word(14)), g_i(W_INDEX, 0), g_as(W_NODES, [word(27), word(28)]),
+                          g_migs([(1, word(16), [word(29)])]), g_s(W_MPS, word(32))])
+node = bytes([2]) + intel_gpu + nvidia_gpu
+no_update = bytes([0])
+
+
+def g_request(resource, containers):
+    out = bytes([resource, len(containers) - 1])
+    for ids in containers:
+        out += bytes([len(ids)]) + b''.join(ids)
+    return out
+
+
+def g_answer(containers):
+    out = bytes([0, len(containers)])
+    for envs, mounts, devices, annotations, cdi in containers:
+        out += bytes([len(envs)]) + b''.join(k + v for k, v in envs)
+        out += bytes([len(mounts)]) + b''.join(c + h + bytes([ro]) for c, h, ro in mounts)
+        out += bytes([len(devices)]) + b''.join(c + h + p for c, h, p in devices)
+        out += bytes([len(annotations)]) + b''.join(k + v for k, v in annotations)
+        out += bytes([len(cdi)]) + b''.join(cdi)
+    return out
+
+
+def gate(name, inventory, update, request, answer):
+    write('fuzz-convert', 'gate-' + name, bytes([0xf7]) + inventory + update + request + answer)
+
+
+intel_nodes = [(word(25), word(25), word(45)), (word(26), word(26), word(45))]
+gate('intel-ok', node, no_update, g_request(0, [[word(12)]]),
+     g_answer([([], [(word(30), word(30), 1)], intel_nodes, [], [word(59)])]))
+gate('intel-host-mount', node, no_update, g_request(0, [[word(13)]]),
+     g_answer([([], [(word(39), word(38), 0)], intel_nodes, [], [])]))
+gate('intel-sda', node, no_update, g_request(0, [[word(12)]]),
+     g_answer([([(word(52), s('/tmp/x.so'))], [], [(word(40), word(40), word(46))], [], [])]))
+gate('monitoring', node, no_update, g_request(1, [[word(18)]]), g_answer([([], [], intel_nodes, [], [])]))
+gate('nvidia-mps-ok', node, no_update, g_request(2, [[word(15)]]),
+     g_answer([([(word(48), word(14)), (word(49), word(33)), (word(50), word(53)), (word(51), word(54))],
+                [(word(33), word(32), 0), (word(34), word(34), 0)],
+                [(word(27), word(27), word(45)), (word(28), word(28), word(45))],
+                [(word(56), word(57))], [word(57)])]))
+gate('nvidia-all', node, no_update, g_request(2, [[word(14)]]), g_answer([([(word(48), s('all'))], [], [], [], [])]))
+gate('mig', node, bytes([1]) + g_s(W_MPS, word(61)), g_request(3, [[word(16)], [word(17)]]),
+     g_answer([([(word(48), word(20))], [], [(word(29), word(29), word(47))], [], [word(58)]),
+               ([], [(word(36), word(35), 0)], [], [], [word(60)])]))
+gate('hostile-inventory',
+     bytes([5]) + g_object(0, [g_s(W_ID, word(12)), g_as(W_NODES, [word(41)])])
+     + g_object(2, [g_s(W_ID, word(12)), g_as(W_BYPATH, [word(43)])])
+     + g_object(5, [g_s(W_ID, word(14))])
+     + g_object(1, [g_i(W_ID, 7), g_s(W_CARD, word(44))])
+     + g_object(3, [g_s(W_ID, word(13)), g_i(W_INDEX, 5000), g_s(W_MPS, word(38))]),
+     bytes([1]) + g_s(W_CARD, word(42)), g_request(0, [[word(12)]]),
+     g_answer([([], [], [(word(41), word(41), word(45))], [], [])]))
+gate('empty-inventory', bytes([0]), no_update, g_request(0, [[word(12)]]), g_answer([([], [], intel_nodes, [], [])]))
