@@ -27,6 +27,10 @@
 # nvidia_state(), make GPUs vanish with nvidia_set_lost()), and at a mig-minors file in
 # the driver's format (KGPU_NVIDIA_CAPS_MIG_MINORS). start() then also waits for
 # 'nvidia.com/gpu' unless `resources` names what to wait for.
+#
+# A hostile broker: Node(fake_broker={...}) starts tests/integration/fake_broker.py in
+# place of kgpu-brokerd (as the broker's user when root, never under valgrind), answering
+# what the given control state says (see that file); set_fake_broker() replaces it.
 
 import atexit
 import contextlib
@@ -158,11 +162,12 @@ def rss_kb(pid):
 
 
 class Daemon:
-    def __init__(self, node, name, argv, env):
+    def __init__(self, node, name, argv, env, valgrind=True):
         self.node = node
         self.name = name
         self.argv = argv
         self.env = env
+        self.valgrind = valgrind
         self.log_path = os.path.join(node.tmp, 'logs', name + '.log')
         self.proc = None
         self.notify = []           # sd_notify datagrams received
@@ -191,7 +196,7 @@ class Daemon:
         # Through a pipe so that every line gets a timestamp (seconds since the node
         # started, same clock as the simulator's) for reading races out of the logs.
         argv = self.argv
-        if VALGRIND:
+        if VALGRIND and self.valgrind:
             argv = valgrind_argv(os.path.dirname(self.log_path), self.name) + argv
         self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -262,7 +267,7 @@ class Daemon:
     def stop(self, timeout=5, sig=signal.SIGTERM):
         """Stops this instance; returns its exit code (negative: killed by signal)."""
         rc = None
-        if VALGRIND:
+        if VALGRIND and self.valgrind:
             timeout *= 6  # memcheck's leak check at exit
         if self.proc is not None:
             if self.proc.poll() is None:
@@ -297,19 +302,21 @@ class Node:
 
     def __init__(self, build_root=None, layout='two-gpus', broker=True, grpcd=True, kubelet=True,
                  verbose=None, extra_env=None, config_extra='', broker_args=(), resources=None,
-                 bus_policy='', nvidia_scenario=None, nvidia_lost=None):
+                 bus_policy='', nvidia_scenario=None, nvidia_lost=None, fake_broker=None):
         # config_extra: YAML appended to kgpu.yaml; broker_args: extra kgpu-brokerd
         # arguments; resources: the resource names start() waits for (default: the
         # two of layout "two-gpus", plus nvidia.com/gpu with nvidia_scenario);
         # nvidia_scenario: fake NVIDIA tools replaying that scenario (see the top);
-        # nvidia_lost: GPU indices lost from the start.
+        # nvidia_lost: GPU indices lost from the start; fake_broker: control state of a
+        # fake_broker.py started instead of kgpu-brokerd (see the top).
         self.build_root = build_root or find_build_root()
         # the simulator caches its generated python modules under the build tree
         os.environ.setdefault('KGPU_BUILD_ROOT', self.build_root)
         self.source_root = SOURCE_ROOT
         self.layout = layout
-        self.want_broker = broker
-        self.want_grpcd = grpcd and broker
+        self.fake_broker = fake_broker
+        self.want_broker = broker and fake_broker is None
+        self.want_grpcd = grpcd and (broker or fake_broker is not None)
         self.want_kubelet = kubelet
         self.verbose = os.environ.get('KGPU_TEST_VERBOSE') == '1' if verbose is None else verbose
         self.extra_env = extra_env or {}
@@ -413,6 +420,9 @@ class Node:
         self.wait_bus_name(PROBE_BUS, timeout, self.daemons['probe'])
         if self.want_broker:
             self.start_broker()
+            self.wait_bus_name(BROKER_BUS, timeout, self.daemons['broker'])
+        elif self.fake_broker is not None:
+            self.start_fake_broker()
             self.wait_bus_name(BROKER_BUS, timeout, self.daemons['broker'])
         if self.want_kubelet:
             self.kubelet = kubelet_sim.KubeletSim(self.plugin_dir, self.pod_resources_socket,
@@ -593,6 +603,30 @@ class Node:
         env = self._env({'KGPU_RUNTIME_DIRECTORY': os.path.join(self.tmp, 'run', 'grpc')})
         d = Daemon(self, 'grpc', [self.bin('daemons', 'grpc', 'kgpu-grpcd')], env).start()
         self.daemons['grpc'] = d
+        return d
+
+    def set_fake_broker(self, state):
+        """Replaces the fake broker's control state (it notices within 50 ms and sends
+        ResourcesChanged)."""
+        path = os.path.join(self.tmp, 'fake-broker.json')
+        with open(path + '.new', 'w') as f:
+            json.dump(state, f)
+        os.chmod(path + '.new', 0o644)
+        os.replace(path + '.new', path)
+        self.fake_broker = state
+
+    def start_fake_broker(self):
+        """fake_broker.py, from a copy the broker's user can read, as that user when root."""
+        script = os.path.join(self.tmp, 'fake_broker.py')
+        shutil.copyfile(os.path.join(_HERE, 'fake_broker.py'), script)
+        os.chmod(script, 0o644)
+        self.set_fake_broker(self.fake_broker)
+        argv = [sys.executable, '-I', script, self.bus_address, os.path.join(self.tmp, 'fake-broker.json')]
+        if self.root:
+            argv = ['setpriv', '--reuid=' + BROKER_USER, '--regid=' + _group_of(BROKER_USER),
+                    '--clear-groups'] + argv
+        d = Daemon(self, 'broker', argv, self._env({}), valgrind=False)
+        self.daemons['broker'] = d.start()
         return d
 
     def restart_broker(self, timeout=10):
