@@ -7,8 +7,10 @@
 # the kgpu user can neither traverse to them nor connect to them, which this test shows
 # first. Asserts then: both Intel resources register, stream and allocate; grpcd (uid
 # kgpu) still cannot open the directory, and its plugin sockets were made by the root
-# probe (root:root 0600); PodResources List is called through the probe (grpcd
-# reconciles at start); a kubelet restart (every socket removed, kubelet.sock made again)
+# probe (root:root 0600); as kgpu, nothing in device-plugins/, pod-resources/ or the
+# kubelet's root can be created, renamed or removed (each try EACCES, every entry as
+# before); PodResources List is called through the probe (grpcd reconciles at start); a
+# kubelet restart (every socket removed, kubelet.sock made again)
 # is followed by re-registration and allocation on the new sockets; `kgpuctl status`
 # shows the kubelet socket present and both sockets serving; nothing of the kubelet's
 # directories changed mode or owner.
@@ -19,6 +21,7 @@ import stat
 import subprocess
 
 import harness
+import kubelet_sim
 from harness import check, TWO_GPUS, GRPC_USER
 
 
@@ -33,6 +36,35 @@ def as_user_connect(node, path, user=GRPC_USER):
     r = subprocess.run(['setpriv', '--reuid=' + user, '--regid=' + harness._group_of(user), '--clear-groups',
                         '/usr/bin/python3', '-c', code, path], capture_output=True, text=True, timeout=20)
     return r.stdout.strip() or r.stderr.strip()
+
+
+def as_user_fs(node, op, *paths, user=GRPC_USER):
+    """One file system operation as `user` (create: a new file; mkdir; rename: a to b;
+    unlink); returns the errno name or 'ok'."""
+    code = ('import errno, os, sys\n'
+            'op, p = sys.argv[1], sys.argv[2:]\n'
+            'try:\n'
+            '    if op == "create": os.close(os.open(p[0], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))\n'
+            '    elif op == "mkdir": os.mkdir(p[0])\n'
+            '    elif op == "rename": os.rename(p[0], p[1])\n'
+            '    elif op == "unlink": os.unlink(p[0])\n'
+            '    print("ok")\n'
+            'except OSError as e:\n'
+            '    print(errno.errorcode.get(e.errno, str(e.errno)))\n')
+    r = subprocess.run(['setpriv', '--reuid=' + user, '--regid=' + harness._group_of(user), '--clear-groups',
+                        '/usr/bin/python3', '-c', code, op] + list(paths), capture_output=True, text=True, timeout=20)
+    return r.stdout.strip() or r.stderr.strip()
+
+
+def tree(dirs):
+    """Every entry of the directories: name -> (inode, mode, owner, group)."""
+    out = {}
+    for d in dirs:
+        out[d] = (os.lstat(d).st_ino, os.lstat(d).st_mode, os.lstat(d).st_uid, os.lstat(d).st_gid)
+        for n in os.listdir(d):
+            st = os.lstat(os.path.join(d, n))
+            out[os.path.join(d, n)] = (st.st_ino, st.st_mode, st.st_uid, st.st_gid)
+    return out
 
 
 def mode_owner(path):
@@ -73,6 +105,26 @@ def run(node):
     r = subprocess.run(['setpriv', '--reuid=' + GRPC_USER, '--regid=' + harness._group_of(GRPC_USER),
                         '--clear-groups', 'ls', node.plugin_dir], capture_output=True, text=True)
     check(r.returncode != 0 and 'Permission denied' in r.stderr, 'kgpu could list %s: %r' % (node.plugin_dir, r))
+
+    # As kgpu, nothing in the kubelet's directories can be created, renamed or removed.
+    pr_dir = os.path.dirname(node.pod_resources_socket)
+    plugin_sock = os.path.join(node.plugin_dir, kubelet_sim.socket_name_for(harness.RES_I915))
+    before_tree = tree(root_dirs)
+    check(plugin_sock in before_tree and k.kubelet_socket in before_tree, 'sockets missing: %r' % sorted(before_tree))
+    for what, op, paths in (
+            ('a file in the kubelet\'s root', 'create', [os.path.join(node.kubelet_root, 'kgpu-evil')]),
+            ('a file in device-plugins/', 'create', [os.path.join(node.plugin_dir, 'kgpu-evil.sock')]),
+            ('a file in pod-resources/', 'create', [os.path.join(pr_dir, 'kgpu-evil')]),
+            ('a directory in device-plugins/', 'mkdir', [os.path.join(node.plugin_dir, 'kgpu-evil')]),
+            ('renaming kubelet.sock', 'rename', [k.kubelet_socket, k.kubelet_socket + '.old']),
+            ('renaming a plugin socket over kubelet.sock', 'rename', [plugin_sock, k.kubelet_socket]),
+            ('renaming the PodResources socket', 'rename', [node.pod_resources_socket, node.pod_resources_socket + '.old']),
+            ('removing a plugin socket', 'unlink', [plugin_sock]),
+            ('removing kubelet.sock', 'unlink', [k.kubelet_socket]),
+            ('removing the PodResources socket', 'unlink', [node.pod_resources_socket])):
+        got = as_user_fs(node, op, *paths)
+        check(got == 'EACCES', 'as %s, %s: %s, expected EACCES' % (GRPC_USER, what, got))
+    check(tree(root_dirs) == before_tree, 'the kubelet directories changed: %r -> %r' % (before_tree, tree(root_dirs)))
 
     # PodResources is reached through the probe: grpcd reconciles at start.
     node.wait_for(lambda: check(k.list_calls >= 1, 'no PodResources List yet'), 10, node.daemons['grpc'],
