@@ -16,6 +16,9 @@
 #   spoof:     [{path, interface, properties: {name: [signature, value]}, unicast: bool}]
 #              signals sent before each Allocate answer, as if from the probe:
 #              PropertiesChanged of that interface at that path (unicast: to the caller)
+#   probe:     {object path: {name: [signature, value]}}: once present, the process also
+#              takes io.kgpu.Probe1 (where the bus lets it) and serves these io.kgpu.Gpu1
+#              objects through GetManagedObjects at /io/kgpu/Probe1
 # It logs each call to stdout (the harness keeps it in logs/broker.log). SIGTERM: exit 0.
 
 import json
@@ -37,11 +40,32 @@ def log(msg):
     print('fake-broker: %s' % msg, flush=True)
 
 
+def variant(sig, value):
+    if sig == 'as':
+        return dbus.Array(value, signature='s')
+    if sig == 'i':
+        return dbus.Int32(value)
+    return dbus.String(value)
+
+
+class FakeProbe(dbus.service.Object):
+    def __init__(self, bus, objects):
+        super().__init__(bus, '/io/kgpu/Probe1')
+        self.objects = objects
+
+    @dbus.service.method('org.freedesktop.DBus.ObjectManager', in_signature='', out_signature='a{oa{sa{sv}}}')
+    def GetManagedObjects(self):
+        return {dbus.ObjectPath(p): {'io.kgpu.Gpu1': dbus.Dictionary({k: variant(*v) for k, v in props.items()},
+                                                                     signature='sv')}
+                for p, props in self.objects.items()}
+
+
 class Broker(dbus.service.Object):
     def __init__(self, bus, control):
         self.bus = bus
         self.control = control
         self.mtime = None
+        self.probe = None
         self.name = dbus.service.BusName(IFACE, bus, do_not_queue=True)
         super().__init__(bus, PATH)
 
@@ -55,9 +79,17 @@ class Broker(dbus.service.Object):
         except OSError:
             return True
         if self.mtime is not None and m != self.mtime:
-            names = [r[0] for r in self.state().get('resources', [])]
+            st = self.state()
+            names = [r[0] for r in st.get('resources', [])]
             log('control file changed, ResourcesChanged %r' % names)
             self.ResourcesChanged(dbus.Array(names, signature='s'))
+            if st.get('probe') and self.probe is None:
+                self.probe = FakeProbe(self.bus, st['probe'])
+                try:
+                    self.probe_name = dbus.service.BusName('io.kgpu.Probe1', self.bus, do_not_queue=True)
+                    log('owns io.kgpu.Probe1, serving %r' % st['probe'])
+                except dbus.exceptions.DBusException as e:
+                    log('cannot own io.kgpu.Probe1: %s' % e)
         self.mtime = m
         return True
 

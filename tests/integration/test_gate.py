@@ -13,7 +13,9 @@
 # PERMISSION_DENIED naming what was refused and nothing else, and grpcd logs the refusal
 # at warning; PropertiesChanged signals the fake broker sends as if it were the probe
 # (broadcast and to grpcd alone) widen nothing; with the probe stopped, the last inventory
-# still passes the good answer and refuses the bad one.
+# still passes the good answer and refuses the bad one; as root, the fake broker then
+# takes io.kgpu.Probe1 itself (the test's bus policy allows it) with /dev/sda as the
+# GPU's node, and grpcd does not believe that owner (uid not root): /dev/sda is refused.
 
 import grpc
 
@@ -133,8 +135,29 @@ def run(node):
     check(len(cl.allocate([GPU_I915])['devices']) == 2, 'good answer refused with the probe away')
     node.set_fake_broker(with_answer(RES_I915, dict(GOOD_I915, mounts=[['/host', '/', False]])))
     expect_refused(node, RES_I915, [GPU_I915], "host path '/'", 'host mount with the probe away')
+
+    # The broker's process takes io.kgpu.Probe1 itself (this test's bus policy lets it;
+    # the installed one does not) and exports /dev/sda as the i915 GPU's node: grpcd does
+    # not believe an owner that is not root, and keeps the last inventory.
+    if node.root:
+        node.set_fake_broker(with_answer(RES_I915, {'devices': [['/dev/sda', '/dev/sda', 'rw']]}, probe={
+            i915_path: {'Id': ['s', GPU_I915], 'Vendor': ['s', 'intel'], 'Driver': ['s', 'i915'],
+                        'DeviceNodes': ['as', ['/dev/sda']], 'Index': ['i', -1]}}))
+        node.wait_bus_name(harness.PROBE_BUS)
+        node.wait_for(lambda: check('owns io.kgpu.Probe1' in node.daemons['broker'].log_text(),
+                                    'the fake broker does not serve its objects yet'), 5, what='the fake probe')
+        # grpcd has judged the new owner: refused it, or (were it believed) read its objects.
+        node.wait_for(lambda: check(any(t in grpcd.log_text() for t in ("neither root nor kgpu-grpcd's own",
+                                                                         'GPU inventory of kgpu-probed read again')),
+                                    'grpcd has not looked at the new owner'), 5, what='the new owner judged')
+        expect_refused(node, RES_I915, [GPU_I915], "'/dev/sda'", 'a probe owned by the broker\'s user')
+        check("neither root nor kgpu-grpcd's own" in grpcd.log_text(), 'grpcd did not say why it refused the owner')
+        node.set_fake_broker(dict(BASE, probe=node.fake_broker['probe']))
+        check(len(cl.allocate([GPU_I915])['devices']) == 2, 'the last inventory was lost')
     check(grpcd.alive(), 'grpcd died')
 
 
 if __name__ == '__main__':
-    harness.run_test(run, fake_broker=BASE, nvidia_scenario='l40s', resources=[RES_I915, RES_XE])
+    harness.run_test(run, fake_broker=BASE, nvidia_scenario='l40s', resources=[RES_I915, RES_XE],
+                     bus_policy='  <policy user="%s">\n    <allow own="io.kgpu.Probe1"/>\n  </policy>\n'
+                     % harness.BROKER_USER)
