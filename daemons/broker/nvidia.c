@@ -1194,10 +1194,13 @@ int nvidia_allocate_extras(const Resources *r, const char *resource, char * cons
         if (mps && n_units > 0) {
                 const GpuInfo *g = &unit_gpu(r, &s->table.units[units[0]])->info;
 
+                /* Read-only: clients only connect to the daemon's sockets and open its
+                 * FIFO there, which a read-only mount allows; a pod must not be able to
+                 * put anything in the daemon's directory (or in the host's /run). */
                 mounts[m++] = (MountSpec) {
                         .container_path = res->mps_pipe,
                         .host_path = g->mps_pipe_directory,
-                        .read_only = false,
+                        .read_only = true,
                 };
                 mounts[m++] = (MountSpec) {
                         .container_path = NVIDIA_MPS_SHM,
