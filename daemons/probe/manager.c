@@ -70,7 +70,7 @@ Manager *manager_free(Manager *m) {
         kubelet_dir_free(m->kubelet);
         /* The MPS daemons stay (see mps.h); pending SetMps calls get their error now. */
         mps_free(m->mps);
-        config_free(m->nvidia_labels_config);
+        config_free(m->nvidia_config);
         sd_event_source_unref(m->outputs_source);
         free(m->feature_file);
         free(m->cdi_directory);
@@ -160,8 +160,8 @@ int manager_configure(Manager *m, const Config *c, const char **ret_key) {
                 k = labels_nvidia_config_copy(c, &lc);
                 if (k < 0)
                         return k;
-                config_free(m->nvidia_labels_config);
-                m->nvidia_labels_config = lc;
+                config_free(m->nvidia_config);
+                m->nvidia_config = lc;
                 k = mps_configure(&m->mps, m->event, c, probe_dbus_mps_state_changed, m);
                 if (k < 0)
                         return k;
@@ -192,7 +192,7 @@ int manager_write_outputs(Manager *m) {
 
                 k = labels_intel_build(m->gpus, m->n_gpus, m->pci_grouping_level, &labels);
                 if (k >= 0)
-                        k = outputs_add_nvidia_labels(&labels, m->gpus, m->n_gpus, m->nvidia_labels_config);
+                        k = outputs_add_nvidia_labels(&labels, m->gpus, m->n_gpus, m->nvidia_config);
                 if (k >= 0 && strv_length(labels) == 0) {
                         /* No GPU: no label, and no file NFD would have to read. */
                         k = outputs_remove_feature_file(m->feature_file);

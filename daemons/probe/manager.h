@@ -45,7 +45,8 @@ typedef struct Manager {
 
         struct NvidiaProbe *nvidia;     /* NVIDIA inventory and health (nvidia.c) */
         struct Mps *mps;                /* MPS control daemons, SetMps (mps.c) */
-        Config *nvidia_labels_config;   /* what the NVIDIA labels read of the config (labels-nvidia.c) */
+        Config *nvidia_config;          /* what the NVIDIA labels and the SetMps policy read of the
+                                         * config (labels_nvidia_config_copy()) */
 
         struct KubeletDir *kubelet;     /* the kubelet's directories, for grpcd (kubelet.c) */
 
