@@ -71,6 +71,7 @@ Manager *manager_free(Manager *m) {
         /* The MPS daemons stay (see mps.h); pending SetMps calls get their error now. */
         mps_free(m->mps);
         config_free(m->nvidia_config);
+        free(m->config_error);
         sd_event_source_unref(m->outputs_source);
         free(m->feature_file);
         free(m->cdi_directory);
@@ -137,6 +138,17 @@ static void manager_retire_outputs(Manager *m, const char *feature_file, const c
 
 int manager_configure(Manager *m, const Config *c, const char **ret_key) {
         uint64_t override = 0, reserved = 0;
+        int r;
+
+        /* Checked before anything changes: a refused reload leaves all as it was. */
+        m->config_error = mfree(m->config_error);
+        r = nvidia_tools_check(c, &m->config_error);
+        if (r == -EPERM) {
+                *ret_key = m->config_error;
+                return -EINVAL;
+        }
+        if (r < 0)
+                return r;
 
         if (c->intel_memory_override && gpu_parse_memory_env(c->intel_memory_override, &override) < 0) {
                 *ret_key = "intel.memoryOverride (GPU_MEMORY_OVERRIDE): expected a byte count";

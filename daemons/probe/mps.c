@@ -1226,9 +1226,11 @@ int mps_configure(Mps **mps, sd_event *event, const Config *c, MpsStateCallback 
         }
         if (c->nvidia_enabled) {
                 /* Not found: SetMps fails with MpsFailed naming the missing tool. */
-                (void) nvidia_tool_find(c->nvidia_driver_root, c->nvidia_smi_path, "nvidia-smi", &smi);
+                /* A tool refused as untrusted is not used either (manager_configure() refused
+                 * the configuration naming it already: nvidia_tools_check()). */
+                (void) nvidia_tool_find(c->nvidia_driver_root, c->nvidia_smi_path, "nvidia-smi", &smi, NULL);
                 (void) nvidia_tool_find(c->nvidia_driver_root, c->nvidia_mps_control_path, "nvidia-cuda-mps-control",
-                                        &control);
+                                        &control, NULL);
         }
         r = mps_set_tools(*mps, smi, control);
         if (r < 0)
