@@ -829,6 +829,22 @@ START_TEST(test_restore_compute_mode) {
         free(cmds);
         cmds = take_commands();
         ck_assert_ptr_nonnull(strstr(cmds, "nvidia-smi -i 0 -c DEFAULT"));
+
+        /* A record holding garbage: DEFAULT too, the garbage never reaches a command. */
+        set_fake_compute_mode("Prohibited");
+        start_daemon_behind();
+        {
+                _cleanup_free_ char *p = NULL;
+
+                ck_assert_int_ge(asprintf(&p, "%s/" UUID "/compute-mode", mps_dir), 0);
+                ck_assert_int_eq(write_file_atomic_at(AT_FDCWD, p, "$(reboot) -f\n", 13, 0644), 0);
+        }
+        free(take_commands());
+        ck_assert_int_eq(set_and_wait(m, false, 0, 0, NULL), 0);
+        free(cmds);
+        cmds = take_commands();
+        ck_assert_ptr_nonnull(strstr(cmds, "nvidia-smi -i 0 -c DEFAULT"));
+        ck_assert_ptr_null(strstr(cmds, "reboot"));
         mps_free(m);
 }
 END_TEST
