@@ -19,7 +19,9 @@
 # probe knows it sent (no second -d, no limits sent again); after a reload
 # with no MPS in the config the daemon got "quit", the compute mode is the one before MPS
 # (Default) again and
-# the GPU is a plain nvidia.com/gpu device and the slice resources are withdrawn. On an
+# the GPU is a plain nvidia.com/gpu device and the slice resources are withdrawn; the
+# probe reloaded without MPS too refuses the broker reloaded first with MPS back in
+# (io.kgpu.Error.Refused), and after the probe's reload the broker's retry starts MPS. On an
 # H100 with MIG on, the same config starts no MPS (no command to the fake tools) and the
 # broker logs why. Under migStrategy mixed (and single) a GPU with MIG off is sliced the
 # same way: the same slices and answers. On GPU 3 of the 8x H100 (devices: ["3"]) the
@@ -166,6 +168,31 @@ def mps(node):
         node.wait_for(lambda: check(not os.path.exists(sock) or not node.kubelet.plugin(r).devices(),
                                     '%s still advertised: %r' % (r, node.kubelet.plugin(r).devices())),
                       15, what='%s withdrawn' % r)
+
+    # The probe holds SetMps to its own kgpu.yaml. Reloaded without MPS too, it refuses the
+    # broker that reloads first with MPS back in (systemctl reload kgpu.target reloads
+    # both at once); the broker asks again a little later, and once the probe has read
+    # the same file MPS runs.
+    probe_log = lambda: node.daemons['probe'].log_text()
+    n = probe_log().count('Reloaded the configuration')
+    node.daemons['probe'].send_signal(signal.SIGHUP)
+    node.wait_for(lambda: check(probe_log().count('Reloaded the configuration') > n, 'probe not reloaded'), 10,
+                  what='the probe reloaded without MPS')
+    refused = lambda: node.daemons['broker'].log_text().count('io.kgpu.Error.Refused')
+    node.write_config_extra(MPS)
+    node.daemons['broker'].send_signal(signal.SIGHUP)
+    node.wait_for(lambda: check(refused() >= 1, 'the probe did not refuse a GPU outside its configuration'), 15,
+                  what='the probe refusing SetMps')
+    check(not daemon(node).get('running'), 'MPS started by a probe whose config has none: %r' % mps_daemons(node))
+    n = probe_log().count('Reloaded the configuration')
+    node.daemons['probe'].send_signal(signal.SIGHUP)
+    node.wait_for(lambda: check(probe_log().count('Reloaded the configuration') > n, 'probe not reloaded'), 10,
+                  what='the probe reloaded with MPS')
+    node.wait_for(lambda: check(daemon(node).get('running'), 'no MPS daemon after both reloads: %r'
+                                % mps_daemons(node)), 40, what='MPS running after both reloads')
+    check('Asking the probe again in' in node.daemons['broker'].log_text(), 'the broker did not say it asks again')
+    wait_devices(node, RES_2GB, [L40S + '::0', L40S + '::1'], timeout=15)
+    check_slice(node, RES_4GB, L40S + '::2', 4096, 8, daemon_limits=daemon(node))
 
 
 def mig_gpu(node):
