@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -221,17 +222,43 @@ int read_one_line_file_at(int dir_fd, const char *path, size_t max, char **ret) 
         return 0;
 }
 
+/* 64 bits for a temporary file's name: from the kernel's random pool, else (pool not yet
+ * initialised early at boot) from the clock and a counter. O_EXCL, not this, is what makes
+ * the name safe; this only keeps others from guessing it and taking it first. */
+static uint64_t random_u64(void) {
+        static uint64_t counter;
+        uint64_t v;
+
+        if (getrandom(&v, sizeof(v), GRND_NONBLOCK) == (ssize_t) sizeof(v))
+                return v;
+        v = now_usec(CLOCK_MONOTONIC) ^ ((uint64_t) getpid() << 32) ^ (++counter * UINT64_C(0x9e3779b97f4a7c15));
+        return v;
+}
+
 int write_file_atomic_at(int dir_fd, const char *path, const void *data, size_t len, unsigned mode) {
         _cleanup_free_ char *tmp = NULL;
         _cleanup_close_ int fd = -EBADF;
-        const char *p = data;
+        const char *p = data, *base;
         int r;
 
-        if (asprintf(&tmp, "%s.tmp.%d", path, (int) getpid()) < 0)
-                return -ENOMEM;
-        fd = openat(dir_fd, tmp, O_WRONLY|O_CREAT|O_TRUNC|O_CLOEXEC|O_NOFOLLOW, mode);
-        if (fd < 0)
-                return negative_errno();
+        if (isempty(path))
+                return -EINVAL;
+        base = strrchr(path, '/');
+        base = base ? base + 1 : path;
+        if (isempty(base) || streq(base, ".") || streq(base, ".."))
+                return -EINVAL;
+        /* A new file of an unguessable name next to the target, created here and nowhere
+         * else (O_EXCL: never an existing file, a planted hard link or a symlink). */
+        for (unsigned attempt = 0; fd < 0; attempt++) {
+                tmp = mfree(tmp);
+                if (asprintf(&tmp, "%.*s.%s.%016" PRIx64, (int) (base - path), path, base, random_u64()) < 0) {
+                        tmp = NULL;
+                        return -ENOMEM;
+                }
+                fd = openat(dir_fd, tmp, O_WRONLY|O_CREAT|O_EXCL|O_CLOEXEC|O_NOFOLLOW, mode & 07777);
+                if (fd < 0 && (errno != EEXIST || attempt >= 16))
+                        return negative_errno();
+        }
         while (len > 0) {
                 ssize_t k = write(fd, p, len);
                 if (k < 0) {

@@ -21,6 +21,8 @@
 #include "daemons/broker/nvidia.h"
 
 #define SET_MPS_TIMEOUT_USEC (60ULL * 1000000ULL)  /* compute mode + daemon start on a busy node */
+#define SET_MPS_RETRY_USEC   (1ULL * 1000000ULL)   /* the first retry after a refusal, then doubled */
+#define SET_MPS_RETRIES_MAX  6U                    /* 1 + 2 + ... + 32 s: about a minute */
 
 typedef struct MpsSent {
         char *path;
@@ -39,9 +41,12 @@ typedef struct MpsPlan {
 struct MpsClient {
         MpsSent *sent;
         size_t n_sent;
+        sd_event_source *retry; /* asks again after a refusal */
+        unsigned n_retries;     /* since the last forced sync from outside */
 };
 
 typedef struct SetMpsCall {
+        Manager *manager;
         bool enabled;
         uint64_t memory;
         uint32_t percentage;
@@ -66,18 +71,63 @@ MpsClient *mps_client_free(MpsClient *c) {
         while (c->n_sent > 0)
                 sent_drop(c, c->n_sent - 1);
         free(c->sent);
+        sd_event_source_disable_unref(c->retry);
         return mfree(c);
+}
+
+static int sync_requests(Manager *m, bool force);
+
+static int on_retry(sd_event_source *s, uint64_t usec, void *userdata) {
+        Manager *m = userdata;
+
+        (void) sync_requests(m, true);
+        return 0;
+}
+
+/* The probe refused to turn MPS on where this broker's configuration puts it: most
+ * likely it has not read that kgpu.yaml yet (systemctl reload kgpu.target reloads both
+ * at once, the broker may ask first). Ask again, later and later, then leave it until the
+ * next change. */
+static void retry_later(Manager *m) {
+        MpsClient *c = m->mps;
+        uint64_t usec;
+        int r = 0;
+
+        if (!c || !m->event || (c->retry && sd_event_source_get_enabled(c->retry, NULL) > 0))
+                return;
+        if (c->n_retries >= SET_MPS_RETRIES_MAX) {
+                if (c->n_retries++ == SET_MPS_RETRIES_MAX)
+                        log_warning("The probe keeps refusing SetMps; not asking again until the configuration or "
+                                    "the probe changes (is its kgpu.yaml the broker's?).");
+                return;
+        }
+        usec = SET_MPS_RETRY_USEC << c->n_retries++;
+        if (!c->retry) {
+                r = sd_event_add_time_relative(m->event, &c->retry, CLOCK_MONOTONIC, usec, 0, on_retry, m);
+                if (r >= 0)
+                        (void) sd_event_source_set_description(c->retry, "mps-retry");
+        } else {
+                r = sd_event_source_set_time_relative(c->retry, usec);
+                if (r >= 0)
+                        r = sd_event_source_set_enabled(c->retry, SD_EVENT_ONESHOT);
+        }
+        if (r < 0)
+                log_warning_errno(r, "Failed to arm the SetMps retry, ignoring: %m");
+        else
+                log_info("Asking the probe again in %" PRIu64 " s.", (uint64_t) (usec / 1000000U));
 }
 
 static int on_set_mps_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
         SetMpsCall *call = userdata;
         const sd_bus_error *e = sd_bus_message_get_error(reply);
 
-        if (e)
+        if (e) {
                 log_warning("Probe refused SetMps(%s, %s, %" PRIu64 " MiB, %" PRIu32 "%%): %s: %s",
                             call->id, call->enabled ? "on" : "off", call->memory >> 20, call->percentage,
                             e->name, e->message ?: "");
-        else if (call->enabled)
+                if (call->enabled && sd_bus_error_has_name(e, KGPU_ERROR_REFUSED))
+                        retry_later(call->manager);
+        } else if (call->enabled)
                 log_info("MPS on GPU %s: running with default limits %" PRIu64 " MiB pinned memory, "
                          "%" PRIu32 "%% active threads.", call->id, call->memory >> 20, call->percentage);
         else
@@ -94,7 +144,7 @@ static int set_mps(Manager *m, const char *id, bool enabled, uint64_t memory, ui
         call = malloc(sizeof(SetMpsCall) + strlen(id) + 1);
         if (!call)
                 return log_oom();
-        *call = (SetMpsCall) { .enabled = enabled, .memory = memory, .percentage = pct };
+        *call = (SetMpsCall) { .manager = m, .enabled = enabled, .memory = memory, .percentage = pct };
         strcpy(call->id, id);
 
         r = sd_bus_message_new_method_call(m->bus, &msg, m->probe_owner, KGPU_PROBE_PATH,
@@ -132,6 +182,13 @@ static MpsSent *sent_get(MpsClient *c, const char *path) {
 }
 
 int mps_client_sync(Manager *m, bool force) {
+        /* A reload or the probe (re)appearing: refusals may be over, retries start anew. */
+        if (force && m->mps)
+                m->mps->n_retries = 0;
+        return sync_requests(m, force);
+}
+
+static int sync_requests(Manager *m, bool force) {
         NvidiaMpsRequest *req = NULL;
         size_t n_req = 0;
         MpsClient *c;

@@ -14,8 +14,13 @@
  *    sent and asks again for every GPU under MPS: a restarted probe runs no MPS daemon
  *    until told. SetMps(false) is sent once per change; once MpsState is "" again a
  *    later stray MPS is stopped again. Failures are logged with the probe's error and
- *    not retried until the next forced sync, a new GPU or a change of limits. Without a
- *    probe on the bus nothing is sent.
+ *    not retried until the next forced sync, a new GPU or a change of limits; except a
+ *    SetMps(true) the probe refused (io.kgpu.Error.Refused: its own kgpu.yaml does not
+ *    put the GPU under MPS, typically not reloaded yet when `systemctl reload
+ *    kgpu.target` reloaded the broker first): then every GPU is asked again (a forced
+ *    sync; the same limits run nothing in the probe) after 1, 2, 4, ... 32 s, until it
+ *    is accepted, and no more after that until the next forced sync. Without a probe on
+ *    the bus nothing is sent.
  */
 #pragma once
 

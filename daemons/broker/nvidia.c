@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "common/bus-names.h"
+#include "common/nvidia-sharing.h"
 #include "common/util.h"
 #include "daemons/broker/nvidia.h"
 #include "daemons/broker/policy.h"
@@ -493,56 +494,21 @@ static int device_add(Builder *b, const char *resource, size_t unit, const char 
         return 0;
 }
 
-/* A decimal number of 1..9 digits (leading zeros allowed, as the config accepts). */
-static bool parse_number(const char *s, size_t len, uint32_t *ret) {
-        uint32_t v = 0;
-
-        if (len == 0 || len > 9)
-                return false;
-        for (size_t i = 0; i < len; i++) {
-                if (s[i] < '0' || s[i] > '9')
-                        return false;
-                v = v * 10 + (uint32_t) (s[i] - '0');
-        }
-        *ret = v;
-        return true;
-}
-
-/* Does one `devices` entry name this unit? A GPU index "0" or GPU UUID names the GPU and
- * its MIG devices; "0:1", a MIG UUID or "MIG-GPU-<uuid>/<gi>/<ci>" names a MIG device. */
-static bool device_ref_matches(const char *ref, const GpuInfo *g, int32_t mig) {
-        const MigDeviceInfo *m = mig >= 0 ? &g->mig_devices[mig] : NULL;
-        const char *colon, *p;
-        uint32_t a, b;
-
-        if (parse_number(ref, strlen(ref), &a))
-                return g->index >= 0 && (uint32_t) g->index == a;
-        if ((colon = strchr(ref, ':')) && parse_number(ref, (size_t) (colon - ref), &a) &&
-            parse_number(colon + 1, strlen(colon + 1), &b))
-                return m && g->index >= 0 && (uint32_t) g->index == a && m->index == b;
-        if (streq(ref, gpu_uuid(g)) || streq(ref, g->id))
-                return true;
-        if (!m)
-                return false;
-        if (streq(ref, m->uuid))
-                return true;
-        /* MIG-GPU-<gpu uuid>/<gi>/<ci> (drivers before R470). */
-        if ((p = startswith(ref, "MIG-")) && (p = startswith(p, gpu_uuid(g))) && *p == '/') {
-                const char *slash = strchr(p + 1, '/');
-
-                return slash && parse_number(p + 1, (size_t) (slash - p - 1), &a) &&
-                       parse_number(slash + 1, strlen(slash + 1), &b) && m->gi == a && m->ci == b;
-        }
-        return false;
-}
-
+/* The `devices` rule shared with the probe (common/nvidia-sharing.h). */
 static bool share_matches(const NvidiaShare *sh, const GpuInfo *g, int32_t mig) {
-        if (!sh->devices)
-                return true;
-        for (char **d = sh->devices; *d; d++)
-                if (device_ref_matches(*d, g, mig))
-                        return true;
-        return false;
+        const MigDeviceInfo *m = mig >= 0 ? &g->mig_devices[mig] : NULL;
+        const NvidiaDeviceRef d = {
+                .gpu_index = g->index,
+                .gpu_uuid = gpu_uuid(g),
+                .gpu_id = g->id,
+                .mig = m != NULL,
+                .mig_index = m ? m->index : 0,
+                .mig_uuid = m ? m->uuid : NULL,
+                .mig_gi = m ? m->gi : 0,
+                .mig_ci = m ? m->ci : 0,
+        };
+
+        return nvidia_devices_match(sh->devices, &d);
 }
 
 /* The devices of one unit of base resource `base`. */
@@ -1228,10 +1194,13 @@ int nvidia_allocate_extras(const Resources *r, const char *resource, char * cons
         if (mps && n_units > 0) {
                 const GpuInfo *g = &unit_gpu(r, &s->table.units[units[0]])->info;
 
+                /* Read-only: clients only connect to the daemon's sockets and open its
+                 * FIFO there, which a read-only mount allows; a pod must not be able to
+                 * put anything in the daemon's directory (or in the host's /run). */
                 mounts[m++] = (MountSpec) {
                         .container_path = res->mps_pipe,
                         .host_path = g->mps_pipe_directory,
-                        .read_only = false,
+                        .read_only = true,
                 };
                 mounts[m++] = (MountSpec) {
                         .container_path = NVIDIA_MPS_SHM,

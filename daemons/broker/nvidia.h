@@ -105,7 +105,9 @@ bool resources_is_nvidia(const Resources *r, const char *resource);
  *                    CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="0=<MiB>M" and
  *                    CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=<pct> of this container's slices
  *                    (several slices of one GPU in one container: summed, percentage
- *                    capped at 100).
+ *                    capped at 100); the mounts (resources_allocate_extras()): the
+ *                    GPU's Gpu1.MpsPipeDirectory exactly as the probe exports it, at
+ *                    /mps/<resource>/pipe, read-only, and /dev/shm.
  * As upstream, envvar/volume-mounts/passDeviceSpecs apply only when at least one
  * non-CDI strategy is set. Call after resources_check_allocate(). */
 int resources_allocate_envs(const Resources *r, const char *resource, char * const *ids,

@@ -523,7 +523,8 @@ static int sharing_copy(const ConfigSharing *src, ConfigSharing *dst) {
 
                 d->replicas = s->replicas;
                 d->memory_bytes = s->memory_bytes;
-                if ((s->name && !(d->name = strdup(s->name))) || (s->rename && !(d->rename = strdup(s->rename))))
+                if ((s->name && !(d->name = strdup(s->name))) || (s->rename && !(d->rename = strdup(s->rename))) ||
+                    (s->devices && !(d->devices = strv_copy(s->devices))))
                         return -ENOMEM;
         }
         return 0;

@@ -74,6 +74,8 @@ int labels_nvidia_build(const LabelsNvidiaGpu *gpus, size_t n, const Config *c, 
  * those Unhealthy as "gpu-lost" or "removed"), in the order given. */
 int labels_nvidia_from_gpus(Gpu * const *gpus, size_t n, const Config *c, char ***ret);
 
-/* A Config holding copies of just what the labels read (migStrategy, the sharing
- * lists' name, rename and replicas), kept by the probe across reloads; config_free(). */
+/* A Config holding copies of just what the probe reads of the NVIDIA configuration
+ * after loading it: what the labels read (migStrategy, the sharing lists' name, rename
+ * and replicas) and the sharing lists' devices (SetMps is allowed only for the GPUs
+ * sharing.mps names, config_nvidia_mps_names_gpu()); kept across reloads; config_free(). */
 int labels_nvidia_config_copy(const Config *src, Config **ret);

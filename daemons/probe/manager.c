@@ -70,7 +70,8 @@ Manager *manager_free(Manager *m) {
         kubelet_dir_free(m->kubelet);
         /* The MPS daemons stay (see mps.h); pending SetMps calls get their error now. */
         mps_free(m->mps);
-        config_free(m->nvidia_labels_config);
+        config_free(m->nvidia_config);
+        free(m->config_error);
         sd_event_source_unref(m->outputs_source);
         free(m->feature_file);
         free(m->cdi_directory);
@@ -137,6 +138,17 @@ static void manager_retire_outputs(Manager *m, const char *feature_file, const c
 
 int manager_configure(Manager *m, const Config *c, const char **ret_key) {
         uint64_t override = 0, reserved = 0;
+        int r;
+
+        /* Checked before anything changes: a refused reload leaves all as it was. */
+        m->config_error = mfree(m->config_error);
+        r = nvidia_tools_check(c, &m->config_error);
+        if (r == -EPERM) {
+                *ret_key = m->config_error;
+                return -EINVAL;
+        }
+        if (r < 0)
+                return r;
 
         if (c->intel_memory_override && gpu_parse_memory_env(c->intel_memory_override, &override) < 0) {
                 *ret_key = "intel.memoryOverride (GPU_MEMORY_OVERRIDE): expected a byte count";
@@ -160,8 +172,8 @@ int manager_configure(Manager *m, const Config *c, const char **ret_key) {
                 k = labels_nvidia_config_copy(c, &lc);
                 if (k < 0)
                         return k;
-                config_free(m->nvidia_labels_config);
-                m->nvidia_labels_config = lc;
+                config_free(m->nvidia_config);
+                m->nvidia_config = lc;
                 k = mps_configure(&m->mps, m->event, c, probe_dbus_mps_state_changed, m);
                 if (k < 0)
                         return k;
@@ -192,7 +204,7 @@ int manager_write_outputs(Manager *m) {
 
                 k = labels_intel_build(m->gpus, m->n_gpus, m->pci_grouping_level, &labels);
                 if (k >= 0)
-                        k = outputs_add_nvidia_labels(&labels, m->gpus, m->n_gpus, m->nvidia_labels_config);
+                        k = outputs_add_nvidia_labels(&labels, m->gpus, m->n_gpus, m->nvidia_config);
                 if (k >= 0 && strv_length(labels) == 0) {
                         /* No GPU: no label, and no file NFD would have to read. */
                         k = outputs_remove_feature_file(m->feature_file);

@@ -45,9 +45,12 @@ typedef struct Manager {
 
         struct NvidiaProbe *nvidia;     /* NVIDIA inventory and health (nvidia.c) */
         struct Mps *mps;                /* MPS control daemons, SetMps (mps.c) */
-        Config *nvidia_labels_config;   /* what the NVIDIA labels read of the config (labels-nvidia.c) */
+        Config *nvidia_config;          /* what the NVIDIA labels and the SetMps policy read of the
+                                         * config (labels_nvidia_config_copy()) */
 
         struct KubeletDir *kubelet;     /* the kubelet's directories, for grpcd (kubelet.c) */
+
+        char *config_error;     /* why manager_configure() refused the last configuration */
 
         uid_t broker_uid;       /* (uid_t) -1 when the broker user does not exist */
         uint64_t start_time;    /* CLOCK_REALTIME usec */
@@ -63,8 +66,9 @@ int manager_set_broker_user(Manager *m, const char *user);
 int manager_set_grpc_user(Manager *m, const char *user);
 
 /* Takes the Intel options, output paths and kubelet paths from the configuration. Returns
- * -EINVAL and the offending key with what was expected in *ret_key for an invalid
- * GPU_MEMORY_* value or kubelet path. When a publishing probe's labels.featureFile or
+ * -EINVAL and the offending key with what was expected in *ret_key (valid until the next
+ * call) for an invalid GPU_MEMORY_* value or kubelet path, or an NVIDIA tool or driver
+ * root the probe must not run as root (nvidia_tools_check()). When a publishing probe's labels.featureFile or
  * cdi.specDirectory changes, kgpu's files at the old place are removed (the new place is
  * written by the caller's next manager_write_outputs()). */
 int manager_configure(Manager *m, const Config *c, const char **ret_key);

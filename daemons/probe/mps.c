@@ -30,6 +30,8 @@
 #define MPS_OUTPUT_MAX  (64U * 1024U)
 #define MPS_PID_FILE    "nvidia-cuda-mps-control.pid"   /* the daemon's, in its pipe directory */
 #define MPS_LIMITS_FILE "limits"                        /* ours: "<pid> <MiB> <pct>" */
+#define MPS_MODE_FILE   "compute-mode"                  /* ours: the mode to restore ("DEFAULT") */
+#define MPS_REMOVE_DEPTH_MAX 16U
 
 extern char **environ;
 
@@ -42,6 +44,7 @@ typedef enum OpKind {
 } OpKind;
 
 typedef enum Step {
+        STEP_COMPUTE_READ,      /* --query-gpu=compute_mode: the mode to restore */
         STEP_COMPUTE_MODE,      /* -c EXCLUSIVE_PROCESS */
         STEP_PROBE,             /* get_server_list: a daemon there already? */
         STEP_START,             /* -d */
@@ -49,7 +52,7 @@ typedef enum Step {
         STEP_LIMITS,
         STEP_QUIT,
         STEP_UNIT_STOP,         /* StopUnit kgpu-mps@<uuid>.service */
-        STEP_COMPUTE_DEFAULT,   /* -c DEFAULT */
+        STEP_COMPUTE_RESTORE,   /* -c <the mode found before MPS> */
         STEP_CHECK,             /* get_server_list: still alive? */
 } Step;
 
@@ -61,6 +64,7 @@ typedef struct Op {
         uint32_t pct;
         Step step;
         bool started;           /* ran -d in this operation */
+        NvidiaComputeMode restore; /* STEP_COMPUTE_RESTORE: the mode to set */
         MpsDoneCallback done;
         void *userdata;
         struct Op *next;
@@ -215,24 +219,37 @@ void mps_set_timeout(Mps *m, uint64_t usec) {
 
 int mps_request_validate(const MpsRequest *req, char **ret_message) {
         char *msg = NULL;
+        int r = -EINVAL;
 
         if (!req || !nvidia_gpu_uuid_is_valid(req->uuid))
                 msg = strdup("Not an NVIDIA GPU UUID.");
-        else if (req->enabled && req->mig_enabled)
+        else if (!req->enabled)
+                return 0;       /* off is always allowed: it restores the GPU */
+        else if (!req->in_mps_config) {
+                (void) asprintf_safe(&msg, "GPU %s is not under MPS in the configuration (sharing.mps.resources): "
+                                     "refusing to enable MPS there.", req->uuid);
+                r = -EPERM;
+        } else if (req->mig_enabled)
                 (void) asprintf_safe(&msg, "GPU %s has MIG enabled: MPS needs a GPU without MIG.", req->uuid);
-        else if (req->enabled && (req->active_thread_percentage < 1 || req->active_thread_percentage > 100))
+        else if (req->active_thread_percentage < 1 || req->active_thread_percentage > 100)
                 (void) asprintf_safe(&msg, "Active thread percentage %" PRIu32 " is not within 1..100.",
                                 req->active_thread_percentage);
-        else if (req->enabled && req->pinned_memory_bytes < (UINT64_C(1) << 20))
+        else if (req->pinned_memory_bytes < (UINT64_C(1) << 20))
                 (void) asprintf_safe(&msg, "Pinned memory limit of %" PRIu64 " bytes is below 1 MiB.",
                                 req->pinned_memory_bytes);
+        else if (req->gpu_memory_bytes == 0)
+                (void) asprintf_safe(&msg, "The memory of GPU %s is unknown: no pinned memory limit can be checked.",
+                                     req->uuid);
+        else if (req->pinned_memory_bytes > req->gpu_memory_bytes)
+                (void) asprintf_safe(&msg, "Pinned memory limit of %" PRIu64 " bytes is more than the %" PRIu64
+                                     " bytes of GPU %s.", req->pinned_memory_bytes, req->gpu_memory_bytes, req->uuid);
         else
                 return 0;
         if (ret_message)
                 *ret_message = msg;
         else
                 free(msg);
-        return -EINVAL;
+        return r;
 }
 
 static Entry *mps_find(Mps *m, const char *uuid) {
@@ -431,53 +448,107 @@ static int entry_make_dirs(Entry *e) {
         return 0;
 }
 
-/* Removes the files in dir (sockets, logs; no subdirectories expected), then dir. */
-static int remove_dir(const char *dir) {
-        _cleanup_close_ int fd = -EBADF;
-        DIR *d;
+/* Removes everything below the directory fd (closed here), never following a symlink:
+ * a subdirectory is opened O_NOFOLLOW relative to its parent and emptied first. Depth is
+ * bounded; what is deeper stays. Returns the first error, after trying everything. */
+static int remove_below(int fd, unsigned depth) {
         struct dirent *de;
+        DIR *d;
         int r = 0;
+
+        d = fdopendir(fd);
+        if (!d) {
+                r = -errno;
+                safe_close(fd);
+                return r;
+        }
+        while ((de = readdir(d))) {
+                int k = 0;
+
+                if (streq(de->d_name, ".") || streq(de->d_name, ".."))
+                        continue;
+                if (unlinkat(dirfd(d), de->d_name, 0) >= 0 || errno == ENOENT)
+                        continue;
+                if (errno != EISDIR)
+                        k = -errno;
+                else if (depth >= MPS_REMOVE_DEPTH_MAX)
+                        k = -ELOOP;
+                else {
+                        int sub = openat(dirfd(d), de->d_name, O_RDONLY|O_DIRECTORY|O_CLOEXEC|O_NOFOLLOW);
+
+                        k = sub < 0 ? -errno : remove_below(sub, depth + 1);
+                        if (unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) < 0 && errno != ENOENT && k >= 0)
+                                k = -errno;
+                }
+                if (k < 0 && r >= 0)
+                        r = k;
+        }
+        closedir(d);
+        return r;
+}
+
+/* Removes dir and everything in it (a symlink is removed, never followed). */
+static int remove_tree(const char *dir) {
+        int fd, r;
 
         fd = open(dir, O_RDONLY|O_DIRECTORY|O_CLOEXEC|O_NOFOLLOW);
         if (fd < 0)
                 return errno == ENOENT ? 0 : -errno;
-        d = fdopendir(fd);
-        if (!d)
-                return -errno;
-        TAKE_FD(fd);
-        while ((de = readdir(d))) {
-                if (streq(de->d_name, ".") || streq(de->d_name, ".."))
-                        continue;
-                if (unlinkat(dirfd(d), de->d_name, 0) < 0 && errno != ENOENT && r == 0)
-                        r = -errno;
-        }
-        closedir(d);
-        if (r < 0)
-                return r;
-        if (rmdir(dir) < 0 && errno != ENOENT)
-                return -errno;
-        return 0;
+        r = remove_below(fd, 0);
+        if (rmdir(dir) < 0 && errno != ENOENT && r >= 0)
+                r = -errno;
+        return r;
 }
 
-static int entry_unlink(Entry *e, const char *name) {
-        _cleanup_free_ char *p = NULL;
-
-        if (asprintf_safe(&p, "%s/%s", e->base_dir, name) < 0)
-                return -ENOMEM;
-        if (unlink(p) < 0 && errno != ENOENT)
-                return -errno;
-        return 0;
-}
-
-static int entry_remove_dirs(Entry *e) {
+/* Best effort: a disable that has stopped the daemon and restored the compute mode has
+ * done what matters. The pipe directory was mounted into pods (read-only, but a future
+ * runtime or a privileged pod may differ), so whatever is left there is logged, not
+ * turned into a failure that would mark the GPU unhealthy. */
+static void entry_remove_dirs(Entry *e) {
         int r;
 
-        if ((r = remove_dir(e->pipe_dir)) < 0 || (r = remove_dir(e->log_dir)) < 0 ||
-            (r = entry_unlink(e, MPS_LIMITS_FILE)) < 0 || (r = entry_unlink(e, MPS_SYSTEMD_ENVIRONMENT_FILE)) < 0)
-                return r;
-        if (rmdir(e->base_dir) < 0 && errno != ENOENT)
-                return -errno;
-        return 0;
+        r = remove_tree(e->base_dir);
+        if (r < 0)
+                log_warning_errno(r, "MPS of GPU %s is off, but %s could not be removed completely, leaving it: %m",
+                                  e->uuid, e->base_dir);
+}
+
+static const char *compute_mode_argument(NvidiaComputeMode mode) {
+        switch (mode) {
+        case NVIDIA_COMPUTE_MODE_EXCLUSIVE_THREAD:  return "EXCLUSIVE_THREAD";
+        case NVIDIA_COMPUTE_MODE_PROHIBITED:        return "PROHIBITED";
+        case NVIDIA_COMPUTE_MODE_EXCLUSIVE_PROCESS: return "EXCLUSIVE_PROCESS";
+        default:                                    return "DEFAULT";
+        }
+}
+
+/* The compute mode found before MPS, kept in <base dir>/compute-mode until MPS is off
+ * again (so a probe restart in between still restores it); DEFAULT when there is no
+ * valid record (a daemon an earlier probe version started, which restored Default). */
+static NvidiaComputeMode entry_load_compute_mode(Entry *e, bool *ret_found) {
+        _cleanup_free_ char *p = NULL, *line = NULL;
+        NvidiaComputeMode mode;
+
+        if (ret_found)
+                *ret_found = false;
+        if (asprintf_safe(&p, "%s/%s", e->base_dir, MPS_MODE_FILE) < 0 ||
+            read_one_line_file_at(AT_FDCWD, p, 32, &line) < 0 ||
+            nvidia_compute_mode_from_string(line, &mode) < 0 || mode == NVIDIA_COMPUTE_MODE_UNKNOWN)
+                return NVIDIA_COMPUTE_MODE_DEFAULT;
+        if (ret_found)
+                *ret_found = true;
+        return mode;
+}
+
+/* Records the mode to restore, in a directory only root can write (not the pipe
+ * directory pods see). Makes the GPU's directory first. */
+static int entry_save_compute_mode(Entry *e, NvidiaComputeMode mode) {
+        _cleanup_free_ char *p = NULL, *text = NULL;
+
+        if (asprintf_safe(&p, "%s/%s", e->base_dir, MPS_MODE_FILE) < 0 ||
+            asprintf_safe(&text, "%s\n", compute_mode_argument(mode)) < 0)
+                return -ENOMEM;
+        return write_file_atomic_at(AT_FDCWD, p, text, strlen(text), 0644);
 }
 
 /* The daemon's pid from the pid file it keeps in its pipe directory, 0 if unreadable. */
@@ -553,6 +624,7 @@ static char **control_env(Entry *e) {
 
 static const char *step_name(Step s) {
         switch (s) {
+        case STEP_COMPUTE_READ:    return "nvidia-smi --query-gpu=compute_mode";
         case STEP_COMPUTE_MODE:    return "nvidia-smi -c EXCLUSIVE_PROCESS";
         case STEP_PROBE:           return "nvidia-cuda-mps-control get_server_list";
         case STEP_START:           return "nvidia-cuda-mps-control -d";
@@ -560,7 +632,7 @@ static const char *step_name(Step s) {
         case STEP_LIMITS:          return "nvidia-cuda-mps-control set_default_*";
         case STEP_QUIT:            return "nvidia-cuda-mps-control quit";
         case STEP_UNIT_STOP:       return "systemd StopUnit";
-        case STEP_COMPUTE_DEFAULT: return "nvidia-smi -c DEFAULT";
+        case STEP_COMPUTE_RESTORE: return "nvidia-smi -c (the mode before MPS)";
         case STEP_CHECK:           return "nvidia-cuda-mps-control get_server_list";
         }
         return "?";
@@ -631,12 +703,18 @@ static void entry_run_step(Entry *e, Step step) {
         }
         (void) snprintf(index, sizeof(index), "%" PRIu32, e->op->index);
 
-        if (step == STEP_COMPUTE_MODE || step == STEP_COMPUTE_DEFAULT) {
-                char *argv[] = { (char *) "nvidia-smi", (char *) "-i", index, (char *) "-c",
-                                 (char *) (step == STEP_COMPUTE_MODE ? "EXCLUSIVE_PROCESS" : "DEFAULT"), NULL };
+        if (step == STEP_COMPUTE_READ || step == STEP_COMPUTE_MODE || step == STEP_COMPUTE_RESTORE) {
+                char *argv_set[] = { (char *) "nvidia-smi", (char *) "-i", index, (char *) "-c",
+                                     (char *) (step == STEP_COMPUTE_MODE ? "EXCLUSIVE_PROCESS"
+                                                                         : compute_mode_argument(e->op->restore)),
+                                     NULL };
+                char *argv_read[] = { (char *) "nvidia-smi", (char *) "-i", index,
+                                      (char *) "--query-gpu=compute_mode", (char *) "--format=csv,noheader", NULL };
 
                 path = e->mps->smi_path;
-                r = path ? nvidia_run_start(e->mps->event, path, argv, &o, on_run_done, e, &e->run) : -ENOENT;
+                r = path ? nvidia_run_start(e->mps->event, path, step == STEP_COMPUTE_READ ? argv_read : argv_set, &o,
+                                            on_run_done, e, &e->run)
+                         : -ENOENT;
         } else {
                 char *argv_d[] = { (char *) "nvidia-cuda-mps-control", (char *) "-d", NULL };
                 char *argv_in[] = { (char *) "nvidia-cuda-mps-control", NULL };
@@ -688,6 +766,13 @@ static bool mps_launcher_is_systemd(Mps *m) {
         return m->systemd;
 }
 
+/* The last step of a disable: the compute mode found before MPS (its record, else
+ * DEFAULT), then the directories go. */
+static void entry_restore_compute_mode(Entry *e) {
+        e->op->restore = entry_load_compute_mode(e, NULL);
+        entry_run_step(e, STEP_COMPUTE_RESTORE);
+}
+
 /* Starts the daemon as the launcher does: -d here, or the unit through systemd. */
 static void entry_start_daemon(Entry *e) {
         entry_run_step(e, mps_launcher_is_systemd(e->mps) ? STEP_UNIT_START : STEP_START);
@@ -695,6 +780,7 @@ static void entry_start_daemon(Entry *e) {
 
 static void entry_op_begin(Entry *e) {
         Op *op = e->op;
+        bool found;
         int r;
 
         switch (op->kind) {
@@ -708,7 +794,10 @@ static void entry_op_begin(Entry *e) {
                         return;
                 }
                 entry_set_state(e, MPS_STATE_STARTING, NULL);
-                entry_run_step(e, STEP_COMPUTE_MODE);
+                /* The mode to restore is read once per MPS session: a record left by an
+                 * earlier enable (this GPU is ours in EXCLUSIVE_PROCESS since) stays. */
+                (void) entry_load_compute_mode(e, &found);
+                entry_run_step(e, found ? STEP_COMPUTE_MODE : STEP_COMPUTE_READ);
                 return;
         case OP_DISABLE:
                 if (e->state == MPS_STATE_OFF && access(e->base_dir, F_OK) < 0) {
@@ -784,10 +873,31 @@ static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, v
         }
 
         switch (op->step) {
+        case STEP_COMPUTE_READ:
+                r = res->exit_status == 0 ? nvidia_smi_parse_compute_mode_query(res->out, res->out_len, &mode, &perr)
+                                          : -EIO;
+                if (r >= 0 && mode == NVIDIA_COMPUTE_MODE_UNKNOWN)
+                        r = -EBADMSG;
+                if (r >= 0) {
+                        /* Saved before anything changes, for whichever probe turns MPS off. */
+                        r = entry_make_dirs(e);
+                        if (r >= 0)
+                                r = entry_save_compute_mode(e, mode);
+                        if (r < 0) {
+                                free(msg);
+                                msg = NULL;
+                                (void) asprintf_safe(&msg, "Cannot record the compute mode of GPU %s in %s/%s: %s",
+                                                     e->uuid, e->base_dir, MPS_MODE_FILE, strerror(-r));
+                        }
+                }
+                if (r < 0)
+                        goto fail;
+                entry_run_step(e, STEP_COMPUTE_MODE);
+                break;
         case STEP_COMPUTE_MODE:
-        case STEP_COMPUTE_DEFAULT: {
+        case STEP_COMPUTE_RESTORE: {
                 NvidiaComputeMode want = op->step == STEP_COMPUTE_MODE ? NVIDIA_COMPUTE_MODE_EXCLUSIVE_PROCESS
-                                                                        : NVIDIA_COMPUTE_MODE_DEFAULT;
+                                                                        : op->restore;
 
                 r = res->exit_status == 0 ? nvidia_smi_parse_compute_mode_reply(res->out, res->out_len, &mode, &perr)
                                           : -EIO;
@@ -795,14 +905,8 @@ static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, v
                         r = -EBADMSG;
                 if (r < 0)
                         goto fail;
-                if (op->step == STEP_COMPUTE_DEFAULT) {
-                        r = entry_remove_dirs(e);
-                        if (r < 0) {
-                                free(msg);
-                                msg = NULL;
-                                (void) asprintf_safe(&msg, "Cannot remove %s: %s", e->base_dir, strerror(-r));
-                                goto fail;
-                        }
+                if (op->step == STEP_COMPUTE_RESTORE) {
+                        entry_remove_dirs(e);
                         entry_set_state(e, MPS_STATE_OFF, NULL);
                         e->restarted = false;
                         entry_finish_op(e, 0, NULL);
@@ -903,7 +1007,10 @@ static void on_run_done(NvidiaRun *run, int error, const NvidiaRunResult *res, v
                         r = -EIO;
                 if (r < 0 && r != -ESRCH)
                         goto fail;
-                entry_run_step(e, mps_launcher_is_systemd(e->mps) ? STEP_UNIT_STOP : STEP_COMPUTE_DEFAULT);
+                if (mps_launcher_is_systemd(e->mps))
+                        entry_run_step(e, STEP_UNIT_STOP);
+                else
+                        entry_restore_compute_mode(e);
                 break;
         case STEP_UNIT_START:
         case STEP_UNIT_STOP:
@@ -943,7 +1050,7 @@ static void on_job_done(MpsSystemdJob *job, int error, const char *message, void
                 return;
         }
         if (op->step == STEP_UNIT_STOP) {
-                entry_run_step(e, STEP_COMPUTE_DEFAULT);
+                entry_restore_compute_mode(e);
                 return;
         }
         /* Type=forking: the job is done once -d returned, i.e. the daemon listens. */
@@ -1119,9 +1226,11 @@ int mps_configure(Mps **mps, sd_event *event, const Config *c, MpsStateCallback 
         }
         if (c->nvidia_enabled) {
                 /* Not found: SetMps fails with MpsFailed naming the missing tool. */
-                (void) nvidia_tool_find(c->nvidia_driver_root, c->nvidia_smi_path, "nvidia-smi", &smi);
+                /* A tool refused as untrusted is not used either (manager_configure() refused
+                 * the configuration naming it already: nvidia_tools_check()). */
+                (void) nvidia_tool_find(c->nvidia_driver_root, c->nvidia_smi_path, "nvidia-smi", &smi, NULL);
                 (void) nvidia_tool_find(c->nvidia_driver_root, c->nvidia_mps_control_path, "nvidia-cuda-mps-control",
-                                        &control);
+                                        &control, NULL);
         }
         r = mps_set_tools(*mps, smi, control);
         if (r < 0)

@@ -4,7 +4,11 @@
  *
  * Every step runs an NVIDIA tool through nvidia-runner (never blocking the loop), or
  * queues a systemd job through mps-systemd (the "systemd" launcher, below):
- *   enable:  nvidia-smi -i <index> -c EXCLUSIVE_PROCESS (reply checked), directories
+ *   enable:  the compute mode to restore: nvidia-smi -i <index> --query-gpu=compute_mode,
+ *            recorded in <mps dir>/<uuid>/compute-mode (written atomically, kept until
+ *            MPS is off again, so a probe restarted in between restores it; an existing
+ *            record is kept and the mode not read again), then nvidia-smi -i <index> -c
+ *            EXCLUSIVE_PROCESS (reply checked), directories
  *            <mps dir>/<uuid>/{pipe,log} (0755), `get_server_list` to the control tool
  *            to find a daemon already serving that pipe directory (re-adoption), else
  *            the daemon is started: with CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY
@@ -22,7 +26,10 @@
  *            same limits: nothing is run.
  *   disable: `quit` to the daemon ("no daemon" is fine), under systemd StopUnit of its
  *            unit (ends what quit left: MPS servers, a hung daemon), nvidia-smi -i
- *            <index> -c DEFAULT (reply checked), directories removed; state "" (off). A
+ *            <index> -c <the recorded mode; DEFAULT without a record> (reply checked),
+ *            <mps dir>/<uuid> removed with all in it (no symlink followed; what cannot
+ *            be removed is logged and left: a file a pod placed never fails the
+ *            disable nor marks the GPU unhealthy); state "" (off). A
  *            GPU that is off but still has its directories (a daemon left by an earlier
  *            probe) is disabled the same way; one without them: nothing is run.
  *   check:   (mps_check_all(), on the probe's health tick) `get_server_list` to every
@@ -30,10 +37,15 @@
  *            then its limits); gone again later, or the restart failing: state "failed".
  * The control tool's "no daemon" answer is read from stderr too, where the real tool
  * writes it (tests/data/nvidia/mps-H100-no-daemon-1.txt).
- * The pipe directory is mounted into the containers of MPS slices (the broker's
- * Allocate answer), whose CUDA clients connect to the control daemon's socket in it:
- * the directories are 0755 so any container uid can reach the socket; the daemon
- * creates its sockets with its own modes.
+ * The pipe directory is mounted read-only into the containers of MPS slices (the
+ * broker's Allocate answer), whose CUDA clients connect to the control daemon's socket
+ * in it: the directories are 0755 root, so any container uid can reach the socket and
+ * none can write there; the daemon creates its sockets, its lock, pid file and log FIFO
+ * with its own modes, and neither clients nor the MPS servers create anything there
+ * (seen on an H100, driver 580: clients of uid 0 and 65534 through a read-only bind
+ * mount at another path). Everything of ours that is not for pods (the compute-mode
+ * record, limits, the unit's environment) is in <mps dir>/<uuid>, never in the pipe
+ * directory.
  * On probe exit the daemons are left running: pods using MPS keep their server while
  * the probe restarts (under systemd that needs the "systemd" launcher: a daemon started
  * with -d is in the probe's cgroup, which systemd kills when it stops the probe). A new
@@ -60,7 +72,8 @@
  * ASCII, at most MPS_MESSAGE_MAX bytes); or with -ECANCELED from mps_free(). A failed
  * enable or disable leaves the GPU "failed". The state callback reports every state
  * change (pipe directory "" when off; message set for "failed").
- * Errors of mps_set(): -EINVAL (see mps_request_validate()), -EBUSY queue full, -ENOMEM.
+ * Errors of mps_set(): -EPERM, -EINVAL (see mps_request_validate()), -EBUSY queue full,
+ * -ENOMEM.
  */
 #pragma once
 
@@ -88,8 +101,11 @@ typedef struct MpsRequest {
         const char *uuid;               /* GPU UUID: names the directories, CUDA_VISIBLE_DEVICES */
         uint32_t index;                 /* nvidia-smi -i */
         bool mig_enabled;               /* refused: MPS needs a GPU without MIG */
+        bool in_mps_config;             /* the configuration puts this GPU under MPS
+                                         * (config_nvidia_mps_names_gpu()); else enabling is refused */
+        uint64_t gpu_memory_bytes;      /* the GPU's memory (Gpu1.MemoryBytes), 0 unknown: enabling refused */
         bool enabled;
-        uint64_t pinned_memory_bytes;   /* enabled: at least 1 MiB (sent in whole MiB) */
+        uint64_t pinned_memory_bytes;   /* enabled: 1 MiB..gpu_memory_bytes (sent in whole MiB) */
         uint32_t active_thread_percentage; /* enabled: 1..100 */
 } MpsRequest;
 
@@ -130,8 +146,11 @@ bool mps_uses_systemd(Mps *m);
  * takes effect at the next start of the probe: running daemons stay where they are). */
 int mps_configure(Mps **mps, sd_event *event, const Config *c, MpsStateCallback state_cb, void *userdata);
 
-/* -EINVAL with a message (caller frees) for: a UUID that is no GPU UUID; enabled with a
- * MIG-enabled GPU, a percentage outside 1..100 or less than 1 MiB of pinned memory. */
+/* The probe's own policy, whoever asks (the bus policy and the caller's uid are checked
+ * before): -EPERM with a message (caller frees) for enabling a GPU the configuration does
+ * not put under MPS; -EINVAL for a UUID that is no GPU UUID, or enabling with a
+ * MIG-enabled GPU, a percentage outside 1..100, less than 1 MiB of pinned memory, more
+ * than the GPU's memory or a GPU of unknown memory. Disabling is always allowed. */
 int mps_request_validate(const MpsRequest *req, char **ret_message);
 
 int mps_set(Mps *m, const MpsRequest *req, MpsDoneCallback done, void *userdata);

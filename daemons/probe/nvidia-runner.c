@@ -11,10 +11,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -375,11 +379,151 @@ int nvidia_run_start(sd_event *event, const char *path, char * const *argv, cons
         return 0;
 }
 
-int nvidia_tool_find(const char *driver_root, const char *configured, const char *name, char **ret) {
+static int untrusted(char **ret_reason, const char *fmt, ...) _printf_(2, 3);
+static int untrusted(char **ret_reason, const char *fmt, ...) {
+        va_list ap;
+
+        if (!ret_reason)
+                return -EPERM;
+        free(*ret_reason);
+        va_start(ap, fmt);
+        if (vasprintf(ret_reason, fmt, ap) < 0)
+                *ret_reason = NULL;
+        va_end(ap);
+        return -EPERM;
+}
+
+/* Who may change what is at this inode: root or this process's own user only. A
+ * directory writable by others is acceptable with the sticky bit (nobody else can
+ * remove or replace the entries root or we own there, /tmp). */
+static int check_inode(const char *where, const struct stat *st, char **ret_reason) {
+        uid_t me = geteuid();
+
+        if (st->st_uid != 0 && st->st_uid != me)
+                return untrusted(ret_reason, "%s is owned by uid %u, not root", where, (unsigned) st->st_uid);
+        if ((st->st_mode & (S_IWGRP|S_IWOTH)) && !(S_ISDIR(st->st_mode) && (st->st_mode & S_ISVTX)))
+                return untrusted(ret_reason, "%s is writable by group or others (mode %04o)", where,
+                                 (unsigned) (st->st_mode & 07777));
+        return 0;
+}
+
+int nvidia_path_check_trusted(const char *path, bool want_dir, char **ret_reason) {
+        _cleanup_free_ char *todo = NULL, *where = NULL;
+        _cleanup_close_ int fd = -EBADF;
+        unsigned links = 0;
+        struct stat st;
+        int r;
+
+        if (isempty(path) || path[0] != '/' || strlen(path) >= PATH_MAX)
+                return -EINVAL;
+        todo = strdup(path);
+        where = malloc(PATH_MAX);
+        if (!todo || !where)
+                return -ENOMEM;
+        where[0] = 0;
+        fd = open("/", O_PATH|O_DIRECTORY|O_CLOEXEC);
+        if (fd < 0 || fstat(fd, &st) < 0)
+                return -errno;
+        r = check_inode("/", &st, ret_reason);
+        if (r < 0)
+                return r;
+
+        for (;;) {
+                char *c = todo, *rest;
+
+                while (*c == '/')
+                        c++;
+                if (!*c)
+                        /* "/" itself, or a path ending in "/" after a directory. */
+                        return want_dir ? 0 : -EISDIR;
+                rest = strchr(c, '/');
+                if (rest)
+                        *rest++ = 0;
+                while (rest && *rest == '/')
+                        rest++;
+                if (rest && !*rest)
+                        rest = NULL;
+
+                if (streq(c, ".")) {
+                        /* nothing */
+                } else if (streq(c, "..")) {
+                        /* Back into a directory already checked on the way here. */
+                        char *slash = strrchr(where, '/');
+                        int p = openat(fd, "..", O_PATH|O_DIRECTORY|O_CLOEXEC);
+
+                        if (p < 0)
+                                return -errno;
+                        safe_close(fd);
+                        fd = p;
+                        if (slash)
+                                *slash = 0;
+                } else {
+                        if (strlen(where) + 1 + strlen(c) >= PATH_MAX)
+                                return -ENAMETOOLONG;
+                        strcat(where, "/");
+                        strcat(where, c);
+                        if (fstatat(fd, c, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                                return -errno;
+                        if (S_ISLNK(st.st_mode)) {
+                                /* Only who may write the directory holding it could change it:
+                                 * checked. Go on with its target, then the rest. */
+                                char target[PATH_MAX];
+                                ssize_t k;
+                                char *next;
+
+                                if (++links > 32)
+                                        return -ELOOP;
+                                k = readlinkat(fd, c, target, sizeof(target) - 1);
+                                if (k < 0)
+                                        return -errno;
+                                target[k] = 0;
+                                if (asprintf(&next, "%s/%s", target, rest ?: "") < 0)
+                                        return -ENOMEM;
+                                if (target[0] == '/') {
+                                        safe_close(fd);
+                                        fd = open("/", O_PATH|O_DIRECTORY|O_CLOEXEC);
+                                        if (fd < 0)
+                                                return -errno;
+                                        where[0] = 0;
+                                } else
+                                        *strrchr(where, '/') = 0;
+                                free(todo);
+                                todo = next;
+                                continue;
+                        }
+                        if (!rest) {
+                                if (want_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))
+                                        return untrusted(ret_reason, "%s is not a %s", where,
+                                                         want_dir ? "directory" : "regular file");
+                                return check_inode(where, &st, ret_reason);
+                        }
+                        {
+                                int d = openat(fd, c, O_PATH|O_DIRECTORY|O_NOFOLLOW|O_CLOEXEC);
+
+                                if (d < 0)
+                                        return -errno;
+                                safe_close(fd);
+                                fd = d;
+                        }
+                        if (fstat(fd, &st) < 0)
+                                return -errno;
+                        r = check_inode(where, &st, ret_reason);
+                        if (r < 0)
+                                return r;
+                }
+                if (!rest)
+                        return want_dir ? 0 : -EISDIR;
+                memmove(todo, rest, strlen(rest) + 1);
+        }
+}
+
+int nvidia_tool_find(const char *driver_root, const char *configured, const char *name, char **ret,
+                     char **ret_reason) {
         static const char *const dirs[] = {
                 "/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/nvidia/bin",
         };
         const char *root;
+        int r;
 
         if (!ret)
                 return -EINVAL;
@@ -388,6 +532,9 @@ int nvidia_tool_find(const char *driver_root, const char *configured, const char
 
                 if (configured[0] != '/')
                         return -EINVAL;
+                r = nvidia_path_check_trusted(configured, false, ret_reason);
+                if (r < 0)
+                        return r;
                 if (access(configured, X_OK) < 0)
                         return -errno;
                 p = strdup(configured);
@@ -401,16 +548,23 @@ int nvidia_tool_find(const char *driver_root, const char *configured, const char
         root = isempty(driver_root) || streq(driver_root, "/") ? "" : driver_root;
         if (root[0] && root[0] != '/')
                 return -EINVAL;
+        r = nvidia_path_check_trusted(root[0] ? root : "/", true, ret_reason);
+        if (r < 0)
+                return r;
 
         for (size_t i = 0; i < ELEMENTSOF(dirs); i++) {
                 _cleanup_free_ char *p = NULL;
 
                 if (asprintf(&p, "%s%s/%s", root, dirs[i], name) < 0)
                         return -ENOMEM;
-                if (access(p, X_OK) == 0) {
-                        *ret = TAKE_PTR(p);
-                        return 0;
-                }
+                if (access(p, X_OK) < 0)
+                        continue;
+                /* The first one found is the one that would run: refused, never skipped. */
+                r = nvidia_path_check_trusted(p, false, ret_reason);
+                if (r < 0)
+                        return r;
+                *ret = TAKE_PTR(p);
+                return 0;
         }
         return -ENOENT;
 }

@@ -64,7 +64,20 @@ DEFINE_CLEANUP_FUNC(NvidiaRun, nvidia_run_free);
 /* The child's pid (0 once reaped). */
 int nvidia_run_get_pid(const NvidiaRun *run);
 
+/* The probe runs these tools as root: only root (or the probe's own user, when it runs
+ * as another one in a test) may be able to change what runs. path (absolute) and every
+ * directory a name of it is looked up in, through each symlink, must be owned by uid 0
+ * or geteuid() and not writable by group or others (a directory with the sticky bit
+ * may be); the last component must be a regular file (want_dir: a directory).
+ * -EPERM with a one-line reason naming the path that fails ("/opt/x/nvidia-smi is
+ * owned by uid 1000, not root", "... is writable by group or others (mode 0775)") in
+ * *ret_reason (optional, caller frees); -ENOENT, -ELOOP, -EINVAL (not absolute). */
+int nvidia_path_check_trusted(const char *path, bool want_dir, char **ret_reason);
+
 /* Finds a tool: `configured` when set (must be absolute and executable), else `name` in
  * <driver_root>/{usr/bin,usr/sbin,bin,sbin,usr/local/nvidia/bin} (driver_root NULL or
- * "" means "/"). -ENOENT when none is executable, -EINVAL for a relative path. */
-int nvidia_tool_find(const char *driver_root, const char *configured, const char *name, char **ret);
+ * "" means "/"), the first executable one. -ENOENT when none is executable, -EINVAL for
+ * a relative path, -EPERM (reason in *ret_reason, as nvidia_path_check_trusted()) when
+ * the driver root or the tool found is not trusted: refused, the search stops there. */
+int nvidia_tool_find(const char *driver_root, const char *configured, const char *name, char **ret,
+                     char **ret_reason);

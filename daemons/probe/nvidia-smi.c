@@ -1670,6 +1670,36 @@ int nvidia_smi_parse_compute_mode_reply(const char *text, size_t len, NvidiaComp
         return 0;
 }
 
+int nvidia_smi_parse_compute_mode_query(const char *text, size_t len, NvidiaComputeMode *ret_mode,
+                                        char **ret_error) {
+        _cleanup_(lines_done) Lines l = {};
+        NvidiaComputeMode mode = NVIDIA_COMPUTE_MODE_UNKNOWN;
+        size_t n = 0;
+        int r;
+
+        r = lines_split(text, len, &l, ret_error);
+        if (r < 0)
+                return r;
+        r = lines_check_error(&l, ret_error);
+        if (r < 0)
+                return r;
+
+        for (size_t i = 0; i < l.n; i++) {
+                char *s = strip(l.line[i]);
+
+                if (isempty(s))
+                        continue;
+                if (++n > 1)
+                        return fail(ret_error, -EBADMSG, i + 1, "more than one GPU in the answer");
+                if (nvidia_compute_mode_from_string(s, &mode) < 0)
+                        return fail(ret_error, -EBADMSG, i + 1, "unknown compute mode '%.32s'", s);
+        }
+        if (mode == NVIDIA_COMPUTE_MODE_UNKNOWN)
+                return fail(ret_error, -EBADMSG, 0, "no compute mode in the answer");
+        *ret_mode = mode;
+        return 0;
+}
+
 /* ---- nvidia-cuda-mps-control ---- */
 
 int nvidia_mps_parse_reply(const char *text, size_t len, char **ret_error) {

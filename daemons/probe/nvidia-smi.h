@@ -231,6 +231,12 @@ int nvidia_smi_parse_versions(const char *text, size_t len, NvidiaVersions *ret,
 int nvidia_smi_parse_compute_mode_reply(const char *text, size_t len, NvidiaComputeMode *ret_mode,
                                         char **ret_error);
 
+/* nvidia-smi -i N --query-gpu=compute_mode --format=csv,noheader: the one GPU's mode
+ * ("Default", "Exclusive_Process", ...). The errno of a recognised nvidia-smi error
+ * (a lost GPU: -EIO), -EBADMSG for anything else, none or more than one line. */
+int nvidia_smi_parse_compute_mode_query(const char *text, size_t len, NvidiaComputeMode *ret_mode,
+                                        char **ret_error);
+
 /* nvidia-cuda-mps-control answers. A command with no answer (quit,
  * set_default_device_pinned_mem_limit, -d) prints nothing: 0. "Cannot find MPS control
  * daemon process" (the real tool writes it on stderr, so parse both streams): -ESRCH.

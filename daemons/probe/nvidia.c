@@ -971,10 +971,55 @@ static int nvidia_arm_health(NvidiaProbe *p) {
         return 0;
 }
 
+int nvidia_tools_check(const Config *c, char **ret_error) {
+        const struct {
+                const char *name, *key, *configured;
+        } tools[] = {
+                { "nvidia-smi", "nvidia.smiPath", c->nvidia_smi_path },
+                { "nvidia-cuda-mps-control", "nvidia.mpsControlPath", c->nvidia_mps_control_path },
+        };
+
+        if (!c->nvidia_enabled)
+                return 0;
+        if (!isempty(c->nvidia_driver_root) && !streq(c->nvidia_driver_root, "/")) {
+                /* Refused even while both tools are configured: the next reload may use it. */
+                _cleanup_free_ char *why = NULL;
+                int r;
+
+                r = nvidia_path_check_trusted(c->nvidia_driver_root, true, &why);
+                if (r == -ENOMEM)
+                        return r;
+                if (r == -EPERM) {
+                        if (asprintf(ret_error, "flags.nvidiaDriverRoot: refusing to look for the NVIDIA tools "
+                                     "there: %s", why ?: "not trusted") < 0)
+                                return -ENOMEM;
+                        return -EPERM;
+                }
+        }
+        for (size_t i = 0; i < ELEMENTSOF(tools); i++) {
+                const char *configured = tools[i].configured;
+                _cleanup_free_ char *found = NULL, *why = NULL;
+                int r;
+
+                r = nvidia_tool_find(c->nvidia_driver_root, configured, tools[i].name, &found, &why);
+                if (r == -ENOMEM)
+                        return r;
+                if (r == -EPERM) {
+                        if (asprintf(ret_error, "%s: refusing to run %s as root: %s",
+                                     !isempty(configured) ? tools[i].key : "flags.nvidiaDriverRoot",
+                                     tools[i].name, why ?: "not trusted") < 0)
+                                return -ENOMEM;
+                        return -EPERM;
+                }
+                /* Not found is no error here: no NVIDIA GPU, or MPS unavailable (said later). */
+        }
+        return 0;
+}
+
 int nvidia_probe_configure(NvidiaProbe *p, const Config *c) {
         _cleanup_free_ char *smi = NULL;
         bool enabled = c->nvidia_enabled;
-        int r;
+        int r = 0;
 
         if (free_and_strdup(&p->driver_root, c->nvidia_driver_root) < 0 ||
             free_and_strdup(&p->smi_configured, c->nvidia_smi_path) < 0)
@@ -984,10 +1029,16 @@ int nvidia_probe_configure(NvidiaProbe *p, const Config *c) {
         p->recover_polls = MAX(c->nvidia_health_recover_polls, 1U);
 
         if (enabled) {
-                r = nvidia_tool_find(p->driver_root, p->smi_configured, "nvidia-smi", &smi);
+                _cleanup_free_ char *why = NULL;
+
+                r = nvidia_tool_find(p->driver_root, p->smi_configured, "nvidia-smi", &smi, &why);
                 if (r == -ENOMEM)
                         return r;
-                if (r < 0) {
+                if (r == -EPERM)
+                        /* nvidia_tools_check() refused this configuration before: only a
+                         * change between the two gets here. */
+                        log_error("Not running nvidia-smi: %s.", why ?: "not trusted");
+                else if (r < 0) {
                         if (!p->smi)
                                 log_notice("No NVIDIA driver: nvidia-smi not found%s%s, serving no NVIDIA GPUs.",
                                            isempty(p->smi_configured) ? "" : " at ",
@@ -996,7 +1047,7 @@ int nvidia_probe_configure(NvidiaProbe *p, const Config *c) {
                                 log_notice("nvidia-smi is gone, keeping the NVIDIA GPUs read last.");
                 }
         }
-        if (smi || !enabled) {
+        if (smi || !enabled || r == -EPERM) {
                 free(p->smi);
                 p->smi = TAKE_PTR(smi);
         }

@@ -15,6 +15,7 @@
 #include "common/bus-creds.h"
 #include "common/bus-names.h"
 #include "common/log.h"
+#include "common/nvidia-sharing.h"
 #include "common/util.h"
 #include "daemons/probe/kubelet-dbus.h"
 #include "daemons/probe/kubelet.h"
@@ -160,11 +161,20 @@ static int method_set_mps(sd_bus_message *message, void *userdata, sd_bus_error 
                 .uuid = g->id,
                 .index = (uint32_t) g->index,
                 .mig_enabled = streq(g->mig_mode, "Enabled"),
+                /* The probe's own policy: the same rule the broker builds its slices by,
+                 * from the same kgpu.yaml, so a caller with the broker's uid cannot put a
+                 * GPU under MPS that the configuration does not. */
+                .in_mps_config = config_nvidia_mps_names_gpu(m->nvidia_config, g->index, g->uuid, g->id),
+                .gpu_memory_bytes = g->memory_bytes,
                 .enabled = enabled,
                 .pinned_memory_bytes = pinned,
                 .active_thread_percentage = pct,
         };
         r = mps_request_validate(&req, &why);
+        if (r == -EPERM) {
+                log_warning("Refused SetMps for GPU %s: %s", g->id, why ?: "not under MPS in the configuration.");
+                return sd_bus_error_setf(error, KGPU_ERROR_REFUSED, "%s", why ?: "Refused.");
+        }
         if (r < 0)
                 return sd_bus_error_setf(error, KGPU_ERROR_INVALID_ARGS, "%s", why ?: "Invalid arguments.");
         r = mps_set(m->mps, &req, on_set_mps_done, message);

@@ -554,18 +554,30 @@ def read_state(workdir):
     return json.loads(text) if text.strip() else {}
 
 
-def set_lost(workdir, indices):
-    """Marks GPUs lost (or none, with []) for every later command, as a health test needs."""
+def _update_state(workdir, change):
+    """Changes the state file under the lock the fake tools hold while they rewrite it."""
     path = os.path.join(workdir, "fake-nvidia-state.json")
     with open(path, "a+") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         f.seek(0)
         text = f.read()
         data = json.loads(text) if text.strip() else {}
-        data["lost"] = sorted(indices)
+        change(data)
         f.seek(0)
         f.truncate()
         json.dump(data, f, indent=1, sort_keys=True)
+
+
+def set_lost(workdir, indices):
+    """Marks GPUs lost (or none, with []) for every later command, as a health test needs."""
+    _update_state(workdir, lambda data: data.__setitem__("lost", sorted(indices)))
+
+
+def put_compute_mode(workdir, index, mode):
+    """Puts GPU `index` in compute mode `mode` ("Prohibited", ...) behind the probe's back,
+    as an operator's nvidia-smi -c would."""
+    m = COMPUTE_MODES[mode.upper()]
+    _update_state(workdir, lambda data: data.setdefault("compute_mode", {}).__setitem__(str(index), m))
 
 
 def stop_daemons(workdir):

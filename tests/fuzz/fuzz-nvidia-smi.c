@@ -185,6 +185,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         r = nvidia_smi_parse_compute_mode_reply(text, size, &cm, &err);
         check_result(r, err, SENTINEL);
         err = NULL;
+        r = nvidia_smi_parse_compute_mode_query(text, size, &cm, &err);
+        check_result(r, err, SENTINEL);
+        err = NULL;
         r = nvidia_mps_parse_reply(text, size, &err);
         check_result(r, err, SENTINEL);
         err = NULL;

@@ -13,11 +13,15 @@
 # "::1" (2 GB) and "::2" (4 GB), Healthy once MPS runs; each Allocate answer carries its
 # own slice's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT ("0=2048M" / "0=4096M") and
 # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (4 / 8, each <= the daemon's), the pipe
-# directory (CUDA_MPS_PIPE_DIRECTORY, its host directory mounted there) and /dev/shm;
+# directory (CUDA_MPS_PIPE_DIRECTORY; mounted there read-only: exactly the Gpu1
+# MpsPipeDirectory the probe exports) and /dev/shm;
 # after a probe restart the same daemon process serves on, adopted with the limits the
 # probe knows it sent (no second -d, no limits sent again); after a reload
-# with no MPS in the config the daemon got "quit", the compute mode is Default again and
-# the GPU is a plain nvidia.com/gpu device and the slice resources are withdrawn. On an
+# with no MPS in the config the daemon got "quit", the compute mode is the one before MPS
+# (Default) again and
+# the GPU is a plain nvidia.com/gpu device and the slice resources are withdrawn; the
+# probe reloaded without MPS too refuses the broker reloaded first with MPS back in
+# (io.kgpu.Error.Refused), and after the probe's reload the broker's retry starts MPS. On an
 # H100 with MIG on, the same config starts no MPS (no command to the fake tools) and the
 # broker logs why. Under migStrategy mixed (and single) a GPU with MIG off is sliced the
 # same way: the same slices and answers. On GPU 3 of the 8x H100 (devices: ["3"]) the
@@ -62,6 +66,11 @@ def pipe_dir(node, gpu=L40S):
     return os.path.join(node.tmp, 'run', 'probe', 'mps', gpu, 'pipe')
 
 
+def probe_pipe_directory(node, gpu):
+    path = '/io/kgpu/Probe1/gpu/' + ''.join(c if c.isalnum() else '_%02x' % ord(c) for c in gpu)
+    return node.busctl('get-property', PROBE_BUS, path, 'io.kgpu.Gpu1', 'MpsPipeDirectory')['data']
+
+
 def limit_commands(node):
     return [c for c in node.nvidia_commands() if c.startswith('nvidia-cuda-mps-control < set_default')]
 
@@ -85,8 +94,12 @@ def check_slice(node, resource, slice_id, mib, pct, gpu=L40S, daemon_limits=None
     container_pipe = envs.get('CUDA_MPS_PIPE_DIRECTORY')
     check(container_pipe and container_pipe.startswith('/'), '%s: CUDA_MPS_PIPE_DIRECTORY %r' % (slice_id, envs))
     mounts = {m['container_path']: (m['host_path'], m['read_only']) for m in a['mounts']}
-    check(mounts.get(container_pipe) == (pipe_dir(node, gpu), False),
-          '%s: pipe directory mount %r, expected %s -> %s rw' % (slice_id, mounts, pipe_dir(node, gpu), container_pipe))
+    # Exactly the directory the probe exports, read-only: a pod only connects to the
+    # daemon's sockets there and can put nothing in it.
+    exported = probe_pipe_directory(node, gpu)
+    check(exported == pipe_dir(node, gpu), '%s: Gpu1.MpsPipeDirectory %r' % (slice_id, exported))
+    check(mounts.get(container_pipe) == (exported, True),
+          '%s: pipe directory mount %r, expected %s -> %s ro' % (slice_id, mounts, exported, container_pipe))
     check(mounts.get('/dev/shm') == ('/dev/shm', False), '%s: /dev/shm mount %r' % (slice_id, mounts))
     check(set(envs) == {'NVIDIA_VISIBLE_DEVICES', 'CUDA_MPS_PIPE_DIRECTORY', 'CUDA_MPS_PINNED_DEVICE_MEM_LIMIT',
                         'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE'}, '%s: envs %r' % (slice_id, envs))
@@ -155,6 +168,31 @@ def mps(node):
         node.wait_for(lambda: check(not os.path.exists(sock) or not node.kubelet.plugin(r).devices(),
                                     '%s still advertised: %r' % (r, node.kubelet.plugin(r).devices())),
                       15, what='%s withdrawn' % r)
+
+    # The probe holds SetMps to its own kgpu.yaml. Reloaded without MPS too, it refuses the
+    # broker that reloads first with MPS back in (systemctl reload kgpu.target reloads
+    # both at once); the broker asks again a little later, and once the probe has read
+    # the same file MPS runs.
+    probe_log = lambda: node.daemons['probe'].log_text()
+    n = probe_log().count('Reloaded the configuration')
+    node.daemons['probe'].send_signal(signal.SIGHUP)
+    node.wait_for(lambda: check(probe_log().count('Reloaded the configuration') > n, 'probe not reloaded'), 10,
+                  what='the probe reloaded without MPS')
+    refused = lambda: node.daemons['broker'].log_text().count('io.kgpu.Error.Refused')
+    node.write_config_extra(MPS)
+    node.daemons['broker'].send_signal(signal.SIGHUP)
+    node.wait_for(lambda: check(refused() >= 1, 'the probe did not refuse a GPU outside its configuration'), 15,
+                  what='the probe refusing SetMps')
+    check(not daemon(node).get('running'), 'MPS started by a probe whose config has none: %r' % mps_daemons(node))
+    n = probe_log().count('Reloaded the configuration')
+    node.daemons['probe'].send_signal(signal.SIGHUP)
+    node.wait_for(lambda: check(probe_log().count('Reloaded the configuration') > n, 'probe not reloaded'), 10,
+                  what='the probe reloaded with MPS')
+    node.wait_for(lambda: check(daemon(node).get('running'), 'no MPS daemon after both reloads: %r'
+                                % mps_daemons(node)), 40, what='MPS running after both reloads')
+    check('Asking the probe again in' in node.daemons['broker'].log_text(), 'the broker did not say it asks again')
+    wait_devices(node, RES_2GB, [L40S + '::0', L40S + '::1'], timeout=15)
+    check_slice(node, RES_4GB, L40S + '::2', 4096, 8, daemon_limits=daemon(node))
 
 
 def mig_gpu(node):

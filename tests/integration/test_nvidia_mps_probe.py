@@ -8,11 +8,18 @@
 #  - uid nobody is refused SetMps by the bus policy (org.freedesktop.DBus.Error.AccessDenied)
 #    and no tool runs; uid daemon on a bus that allows everything is refused by the probe
 #    itself (io.kgpu.Error.AccessDenied);
+#  - the probe's own policy (the config puts GPU 0 under sharing.mps): as the broker's
+#    user, enabling MPS on a GPU the configuration does not name is io.kgpu.Error.Refused
+#    and runs nothing, at start and after reloads (also time-slicing only, no MPS at
+#    all); a reload that names it allows it; disabling is always allowed; a pinned limit
+#    beyond the GPU's MemoryBytes (17592186044415M, MemoryBytes + 1) is InvalidArgs;
 #  - root enables MPS: PropertiesChanged carries MpsState "starting" then "running";
 #    Gpu1.MpsState "running", MpsPipeDirectory <runtime dir>/mps/<uuid>/pipe (0755);
-#    the fake's state file shows compute mode Exclusive_Process for GPU 0 and a daemon
-#    for that pipe directory with CUDA_VISIBLE_DEVICES=<uuid> and the limits
-#    (2048M on device 0, 50 %), commands in the documented order;
+#    the compute mode GPU 0 had before (Prohibited, set behind the probe's back) is read
+#    and recorded in <runtime dir>/mps/<uuid>/compute-mode; the fake's state file shows
+#    compute mode Exclusive_Process for GPU 0 and a daemon for that pipe directory with
+#    CUDA_VISIBLE_DEVICES=<uuid> and the limits (2048M on device 0, 50 %), commands in
+#    the documented order;
 #  - the broker's user changes the limits of the running daemon (only the two set_default
 #    lines run);
 #  - errors: an unknown GPU (io.kgpu.Error.UnknownDevice), percentage 0 or 101 and less than
@@ -25,12 +32,18 @@
 #    with the limits the earlier probe sent: a SetMps with them runs nothing;
 #  - nvidia.mpsLauncher systemd on a bus without systemd: SetMps fails with MpsFailed
 #    saying so, and nothing is started;
-#  - disable: MpsState "" and MpsPipeDirectory "", compute mode Default, daemon quit,
-#    directories removed; the NVIDIA labels are in the feature file.
+#  - a pod in the pipe directory: uid 65534 can create nothing there; what a root pod
+#    with a read-write mount could leave (subdirectories, a file, another user's
+#    directory, symlinks out, a FIFO) does not make the disable fail nor the GPU
+#    Unhealthy, and nothing outside is touched;
+#  - disable (after the probe restart): MpsState "" and MpsPipeDirectory "", compute mode
+#    Prohibited again (`nvidia-smi -i 0 -c PROHIBITED`), daemon quit, directories
+#    removed; the NVIDIA labels are in the feature file.
 # Needs root (other uids on the bus).
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import time
@@ -50,7 +63,14 @@ KGPU_DENIED = 'io.kgpu.Error.AccessDenied'
 ALLOW_ALL = ('  <policy context="mandatory">\n'
              '    <allow send_destination="*"/>\n'
              '  </policy>\n')
-CONFIG = 'nvidia:\n  healthIntervalMs: %d\n  healthRecoverPolls: 1\n' % INTERVAL_MS
+# The configuration that puts GPU <devices> under MPS: the probe enables MPS nowhere else.
+MPS_SECTION = ('sharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n'
+               '      devices: ["%s"]\n')
+CONFIG = 'nvidia:\n  healthIntervalMs: %d\n  healthRecoverPolls: 1\n' % INTERVAL_MS + MPS_SECTION % '0'
+NO_CHECKS = 'nvidia:\n  healthIntervalMs: 0\n'
+REFUSED = 'io.kgpu.Error.Refused'
+# The compute mode GPU 0 has before MPS (an operator's choice): restored after it.
+MODE_BEFORE = 'Prohibited'
 
 
 def call(address, method, sig='', args=(), timeout=20):
@@ -110,7 +130,7 @@ def daemon(node):
 
 def mps_commands(node, since):
     return [c for c in node.nvidia_commands()[since:]
-            if c.startswith('nvidia-cuda-mps-control') or ' -c ' in c]
+            if c.startswith('nvidia-cuda-mps-control') or ' -c ' in c or ' --query-gpu=compute_mode ' in c]
 
 
 def without_checks(cmds):
@@ -184,12 +204,17 @@ def check_enable(node):
         check(mode == 0o755, '%s mode %o' % (d, mode))
     st = node.nvidia_state()
     check(st.get('compute_mode', {}).get('0') == 'Exclusive_Process', 'compute mode %r' % st.get('compute_mode'))
+    record = os.path.join(os.path.dirname(pipe_dir(node)), 'compute-mode')
+    with open(record) as f:
+        check(f.read() == MODE_BEFORE.upper() + '\n', 'the mode before MPS is not recorded in %s' % record)
+    check(stat.S_IMODE(os.stat(record).st_mode) == 0o644 and os.stat(record).st_uid == 0, '%s mode' % record)
     dm = daemon(node)
     check(dm.get('running') is True and dm.get('visible') == L40S, 'daemon %r' % dm)
     check(dm.get('pinned_mem_limit') == {'0': '2048M'} and dm.get('active_thread_percentage') == '50.0',
           'limits %r' % dm)
     ctl = '[CUDA_MPS_PIPE_DIRECTORY=%s CUDA_VISIBLE_DEVICES=%s]' % (pipe_dir(node), L40S)
-    want = ['nvidia-smi -i 0 -c EXCLUSIVE_PROCESS',
+    want = ['nvidia-smi -i 0 --query-gpu=compute_mode --format=csv,noheader',
+            'nvidia-smi -i 0 -c EXCLUSIVE_PROCESS',
             'nvidia-cuda-mps-control ' + ctl,
             'nvidia-cuda-mps-control < get_server_list',
             'nvidia-cuda-mps-control -d ' + ctl,
@@ -203,9 +228,9 @@ def check_enable(node):
     t0 = time.monotonic()
     check(set_mps(node, True, 2 * GIB, 50)[0] == 'ok', 'SetMps with the same limits')
     t_same = time.monotonic() - t0
-    print('SetMps(true) as root: EXCLUSIVE_PROCESS, daemon with its limits, starting -> running '
-          '(%.0f ms with the fake tools: 5 tool runs; same limits again: %.1f ms, nothing run)'
-          % (t_enable * 1000, t_same * 1000))
+    print('SetMps(true) as root: the mode before (%s) recorded, EXCLUSIVE_PROCESS, daemon with its limits, '
+          'starting -> running (%.0f ms with the fake tools: 6 tool runs; same limits again: %.1f ms, nothing run)'
+          % (MODE_BEFORE, t_enable * 1000, t_same * 1000))
 
     # The broker's user changes the limits: sent to the running daemon only.
     n0 = len(node.nvidia_commands())
@@ -231,8 +256,18 @@ def check_errors(node):
     expect_error(set_mps(node, True, GIB, 0), 'io.kgpu.Error.InvalidArgs', 'percentage 0', '1..100')
     expect_error(set_mps(node, True, GIB, 101), 'io.kgpu.Error.InvalidArgs', 'percentage 101', '1..100')
     expect_error(set_mps(node, True, 1000, 50), 'io.kgpu.Error.InvalidArgs', 'memory < 1 MiB', '1 MiB')
+    # Limits beyond the GPU, as the broker's user: the GPU's memory is the most a slice pins.
+    n0 = len(node.nvidia_commands())
+    mem = int(gpu(node)['MemoryBytes'])
+    check(mem == 46068 << 20, 'MemoryBytes %d' % mem)
+    for pinned in (17592186044415 << 20, mem + 1):
+        expect_error(set_mps(node, True, pinned, 50, user=harness.BROKER_USER), 'io.kgpu.Error.InvalidArgs',
+                     'pinned memory of %d bytes' % pinned, 'more than the %d bytes of GPU' % mem)
+    check(without_checks(mps_commands(node, n0)) == [], 'refused limits ran %r' % mps_commands(node, n0))
+    check(daemon(node).get('pinned_mem_limit') == {'0': '4096M'}, 'limits changed: %r' % daemon(node))
     check(gpu(node)['MpsState'] == 'running', 'refused calls changed MpsState')
-    print('SetMps errors: UnknownDevice, InvalidArgs')
+    print('SetMps errors: UnknownDevice, InvalidArgs (also a pinned limit beyond the GPU\'s memory, '
+          'as %s)' % harness.BROKER_USER)
 
 
 def check_health(node):
@@ -303,42 +338,113 @@ def check_probe_restart(node):
           '(MpsState running, no SetMps, the same limits run nothing)' % pid)
 
 
+def play_pod(node):
+    """What a pod could leave in the pipe directory. Its non-root users: nothing (0755
+    root; the broker mounts it read-only anyway). A root pod with a read-write mount, as
+    the broker gave before: a subdirectory with files, deeper ones of another user, a
+    symlink out of the directory, a FIFO. Returns a file outside that must survive."""
+    pipe = pipe_dir(node)
+    p = subprocess.run(['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', 'mkdir',
+                        os.path.join(pipe, 'sub')], capture_output=True, text=True, timeout=10)
+    check(p.returncode != 0 and 'Permission denied' in p.stderr and not os.path.exists(os.path.join(pipe, 'sub')),
+          'uid 65534 could create a directory in the pipe directory: %r' % (p,))
+    victim = os.path.join(node.tmp, 'victim')
+    with open(victim, 'w') as f:
+        f.write('keep\n')
+    os.makedirs(os.path.join(pipe, 'sub', 'deeper'))
+    with open(os.path.join(pipe, 'sub', 'file'), 'w') as f:
+        f.write('x' * 4096)
+    os.symlink(victim, os.path.join(pipe, 'sub', 'deeper', 'link'))
+    os.symlink(node.tmp, os.path.join(pipe, 'dirlink'))
+    os.mkfifo(os.path.join(pipe, 'fifo'))
+    os.chown(os.path.join(pipe, 'sub', 'deeper'), 65534, 65534)
+    return victim
+
+
 def check_disable(node):
+    victim = play_pod(node)
     n0 = len(node.nvidia_commands())
     r = set_mps(node, False, 0, 0, user=harness.BROKER_USER)
-    check(r[0] == 'ok', 'SetMps(false): %r' % (r,))
+    check(r[0] == 'ok', 'SetMps(false) with a pod\'s files in the pipe directory: %r' % (r,))
     g = gpu(node)
     check(g['MpsState'] == '' and g['MpsPipeDirectory'] == '', 'after disable %r %r' % (g['MpsState'], g['MpsPipeDirectory']))
+    check(g['Health'] == 'Healthy' and g['HealthReason'] == '', 'health after disable %s %s' % (g['Health'],
+                                                                                                g['HealthReason']))
+    with open(victim) as f:
+        check(f.read() == 'keep\n', 'a file outside the pipe directory changed')
+    check(os.path.isdir(node.tmp), 'the directory a symlink pointed to is gone')
     st = node.nvidia_state()
-    check(st.get('compute_mode', {}).get('0') == 'Default', 'compute mode %r' % st.get('compute_mode'))
+    # The mode found before MPS, recorded by the probe before the restart, not Default.
+    check(st.get('compute_mode', {}).get('0') == MODE_BEFORE, 'compute mode %r' % st.get('compute_mode'))
     check(daemon(node).get('running') is False, 'daemon %r' % daemon(node))
     check(not os.path.exists(os.path.dirname(pipe_dir(node))), 'directories left')
     got = without_checks(mps_commands(node, n0))
-    check(got[1:] == ['nvidia-cuda-mps-control < quit', 'nvidia-smi -i 0 -c DEFAULT'], 'commands %r' % got)
+    check(got[1:] == ['nvidia-cuda-mps-control < quit', 'nvidia-smi -i 0 -c ' + MODE_BEFORE.upper()],
+          'commands %r' % got)
     # Idempotent.
     n0 = len(node.nvidia_commands())
     check(set_mps(node, False, 0, 0)[0] == 'ok', 'second SetMps(false)')
     check(mps_commands(node, n0) == [], 'second disable ran %r' % mps_commands(node, n0))
-    print('SetMps(false): quit, compute mode Default, directories removed, MpsState ""')
+    print('SetMps(false) with a root pod\'s files in the pipe directory (uid 65534 could make none): quit, '
+          'compute mode %s again (recorded before the probe restart), directories removed, nothing outside '
+          'touched, MpsState "", Healthy' % MODE_BEFORE)
 
 
 def check_labels(node):
     with open(node.feature_file) as f:
         lines = f.read().splitlines()
-    for want in ('nvidia.com/gpu.product=NVIDIA-L40S', 'nvidia.com/gpu.family=ada-lovelace',
+    # Under sharing.mps (2 replicas): GFD's shared product name, replicas and strategy.
+    for want in ('nvidia.com/gpu.product=NVIDIA-L40S-SHARED', 'nvidia.com/gpu.family=ada-lovelace',
                  'nvidia.com/gpu.count=1', 'nvidia.com/gpu.memory=46068', 'nvidia.com/mig.capable=false',
-                 'nvidia.com/mps.capable=false', 'nvidia.com/gpu.replicas=1'):
+                 'nvidia.com/mps.capable=true', 'nvidia.com/gpu.replicas=2', 'nvidia.com/gpu.sharing-strategy=mps'):
         check(want in lines, '%s missing from the feature file: %r' % (want, lines))
     print('NVIDIA labels in the feature file')
 
 
 def check_mig_gpu():
     with harness.Node(broker=False, kubelet=False, nvidia_scenario='h100-mig', resources=[],
-                      config_extra='nvidia:\n  healthIntervalMs: 0\n') as n:
+                      config_extra=NO_CHECKS + MPS_SECTION % '0') as n:
         wait(lambda: gpu(n).get('MigMode') == 'Enabled', 'the H100 with MIG')
         expect_error(set_mps(n, True, GIB, 50), 'io.kgpu.Error.InvalidArgs', 'MIG GPU', 'MIG')
         check(mps_commands(n, 0) == [], 'MIG GPU: tools ran %r' % mps_commands(n, 0))
     print('SetMps on a MIG-enabled GPU: InvalidArgs, nothing run')
+
+
+def reload_probe(n, extra):
+    n.write_config_extra(extra)
+    before = n.daemons['probe'].log_text().count('Reloaded the configuration')
+    n.daemons['probe'].send_signal(signal.SIGHUP)
+    wait(lambda: n.daemons['probe'].log_text().count('Reloaded the configuration') > before, 'the probe reloaded')
+
+
+def check_scope():
+    # The probe's own policy: the broker's user cannot put a GPU under MPS that the
+    # configuration (the probe reads the same kgpu.yaml) does not, at start and after a
+    # reload; turning MPS off is always allowed.
+    with harness.Node(broker=False, kubelet=False, nvidia_scenario='l40s', resources=[],
+                      config_extra=NO_CHECKS + MPS_SECTION % '1') as n:
+        wait(lambda: gpu(n).get('Vendor') == 'nvidia', 'the L40S')
+        expect_error(set_mps(n, True, GIB, 50, user=harness.BROKER_USER), REFUSED, 'GPU 0 outside sharing.mps',
+                     'GPU %s is not under MPS in the configuration' % L40S)
+        check(mps_commands(n, 0) == [], 'a refused SetMps ran %r' % mps_commands(n, 0))
+        check(gpu(n)['MpsState'] == '' and n.nvidia_state().get('compute_mode') is None,
+              'refused, yet %r %r' % (gpu(n)['MpsState'], n.nvidia_state()))
+        check('Refused SetMps for GPU %s' % L40S in n.daemons['probe'].log_text(), 'the refusal is not logged')
+        check(set_mps(n, False, 0, 0, user=harness.BROKER_USER)[0] == 'ok', 'SetMps(false) outside sharing.mps')
+        # No MPS section at all (time-slicing instead): refused as well.
+        reload_probe(n, NO_CHECKS + MPS_SECTION.replace('mps:', 'timeSlicing:') % '0')
+        expect_error(set_mps(n, True, GIB, 50, user=harness.BROKER_USER), REFUSED, 'time-slicing only')
+        # Reloaded with GPU 0 (by UUID) under MPS: allowed.
+        reload_probe(n, NO_CHECKS + MPS_SECTION % L40S)
+        r = set_mps(n, True, GIB, 50, user=harness.BROKER_USER)
+        check(r[0] == 'ok', 'SetMps after the reload put GPU 0 under MPS: %r' % (r,))
+        # Out of the configuration again: no new limits, but off is allowed.
+        reload_probe(n, NO_CHECKS)
+        expect_error(set_mps(n, True, 2 * GIB, 50, user=harness.BROKER_USER), REFUSED, 'after a reload without MPS')
+        check(set_mps(n, False, 0, 0, user=harness.BROKER_USER)[0] == 'ok', 'SetMps(false) after the reload')
+        check(n.nvidia_state().get('compute_mode', {}).get('0') == 'Default', 'compute mode %r' % n.nvidia_state())
+    print('SetMps as %s on a GPU outside sharing.mps: Refused, nothing run (at start, and after reloads that '
+          'take it out again); allowed after a reload puts it in; SetMps(false) always' % harness.BROKER_USER)
 
 
 def check_daemon_refuses():
@@ -354,7 +460,7 @@ def check_systemd_launcher_without_systemd():
     # Forced to the systemd launcher on a bus where nobody owns org.freedesktop.systemd1
     # (the test's private bus): a clear MpsFailed, no daemon started.
     with harness.Node(broker=False, kubelet=False, nvidia_scenario='l40s', resources=[],
-                      config_extra='nvidia:\n  healthIntervalMs: 0\n  mpsLauncher: systemd\n') as n:
+                      config_extra=NO_CHECKS + '  mpsLauncher: systemd\n' + MPS_SECTION % '0') as n:
         wait(lambda: gpu(n).get('Vendor') == 'nvidia', 'the L40S')
         expect_error(set_mps(n, True, GIB, 50), 'io.kgpu.Error.MpsFailed', 'systemd launcher without systemd',
                      'systemd does not answer on the system bus')
@@ -368,6 +474,7 @@ def check_systemd_launcher_without_systemd():
 
 def run(node):
     wait(lambda: gpu(node).get('Vendor') == 'nvidia', 'the L40S')
+    harness.fake_nvidia.put_compute_mode(node.tmp, 0, MODE_BEFORE)
     check_policy(node)
     check_enable(node)
     check_errors(node)
@@ -376,6 +483,7 @@ def run(node):
     check_disable(node)
     check_labels(node)
     check_mig_gpu()
+    check_scope()
     check_daemon_refuses()
     check_systemd_launcher_without_systemd()
 

@@ -5,7 +5,9 @@
 # Contract: `check-units.sh SRCDIR BUILDDIR`. 1) `systemd-analyze security
 # --offline=true` on the units generated in BUILDDIR/units must stay at or under
 # grpcd 1.5, broker 1.5, probe 4.0 (DESIGN/issue 6 targets), an MPS daemon's unit
-# (kgpu-mps@.service, root with CAP_SETUID/CAP_SETGID) 2.0; each score is printed.
+# (kgpu-mps@.service, root with CAP_SETUID/CAP_SETGID) 2.0; each score is printed. The
+# three daemons' system call filters leave out @privileged and @resources (the probe's
+# too, though it is root).
 # 2) The .deb (built or taken from the cache by build-packages.sh) is unpacked into a
 # scratch root and `systemd-analyze verify --root=... --man=no` runs on its units: exit
 # 0 and nothing at all on stderr. (Man page references are checked in the install test,
@@ -31,6 +33,15 @@ for spec in kgpu-grpcd:1.5 kgpu-brokerd:1.5 kgpu-probed:4.0 kgpu-mps@GPU-0000000
                 printf '%s\n' "$out" | grep '✗' || true
                 fail=1
         fi
+        case $unit in kgpu-mps@*) continue ;; esac
+        for set in privileged resources; do
+                if printf '%s\n' "$out" | grep -q "✓ SystemCallFilter=~@$set "; then
+                        echo "ok: $unit filters out @$set"
+                else
+                        echo "FAIL: $unit allows @$set:"; printf '%s\n' "$out" | grep "SystemCallFilter=~@$set " || true
+                        fail=1
+                fi
+        done
 done
 
 if ! command -v dpkg-buildpackage >/dev/null; then

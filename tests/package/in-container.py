@@ -8,7 +8,8 @@
 # then checks, in order: users from sysusers.d, the kubelet's directories untouched by
 # the package (mode, owner, ACL), the three units active after `systemctl start
 # kgpu.target`, grpcd and the broker running as their users with no capabilities,
-# busctl introspect/tree answering, denial of mutating calls from `nobody`, the probe's
+# busctl introspect/tree answering, denial of mutating calls from `nobody`, no bus
+# activation (a stopped daemon stays stopped whoever calls its name), the probe's
 # label file and CDI spec at the default places, the kubelet simulator (kubelet_sim.py
 # on grpcio) run as a systemd unit with the default UMask as the kubelet runs (it makes
 # device-plugins/ 0750 after kgpu started; sockets only root can reach) and kgpu
@@ -446,7 +447,6 @@ def main():
 
     # --- install -------------------------------------------------------------------
     debs = [f for f in os.listdir(PAYLOAD) if f.startswith('kgpu_') and f.endswith('.deb')]
-    version = debs[0].split('_')[1] if debs else '?'
     # dpkg -i in its two steps, with a pause between: the bus re-reads its policy as
     # soon as the .conf files are unpacked, while the users they name do not exist yet
     # (the trap docs/ARCHITECTURE.md describes under Packaging); the postinst must create them and make the bus
@@ -635,14 +635,30 @@ def main():
     kubelet_before = kubelet_dirs_state(list(KUBELET_DIRS) + [PLUGIN_DIR])
     before = allocations()      # with the one just made
 
-    # --- D-Bus activation: a call to a stopped daemon's name starts its unit ---------
+    # --- No bus activation: a daemon an operator stopped stays stopped -------------------
+    # The bus would start an activatable name for any caller (it checks the send policy
+    # only once the name has an owner), so kgpu ships no activation files: the units start
+    # from kgpu.target and the broker's Wants=. Nobody's read, and the broker's own user
+    # calling the probe, start nothing.
+    check(not any(os.path.exists('/usr/share/dbus-1/system-services/%s.service' % n)
+                  for n in ('io.kgpu.Probe1', 'io.kgpu.Broker1')), 'no D-Bus activation files installed')
     sh('systemctl', 'stop', 'kgpu-brokerd.service', check_rc=False)
-    p = sh('busctl', 'get-property', 'io.kgpu.Broker1', '/io/kgpu/Broker1', 'io.kgpu.Broker1', 'Version',
-           user='nobody', check_rc=False, timeout=30)
-    check(p.returncode == 0 and version in p.stdout and unit_prop('kgpu-brokerd.service', 'ActiveState') == 'active',
-          'D-Bus activation: a read of io.kgpu.Broker1 started kgpu-brokerd.service', p.stdout + p.stderr)
+    sh('systemctl', 'stop', 'kgpu-probed.service', check_rc=False)
+    for name, user in (('Broker1', 'nobody'), ('Probe1', 'nobody'), ('Probe1', 'kgpu-broker'), ('Broker1', 'kgpu')):
+        p = sh('busctl', 'get-property', 'io.kgpu.' + name, '/io/kgpu/' + name, 'io.kgpu.' + name, 'Version',
+               user=user, check_rc=False, timeout=30)
+        unit = 'kgpu-brokerd.service' if name == 'Broker1' else 'kgpu-probed.service'
+        time.sleep(1)
+        check(p.returncode != 0 and unit_prop(unit, 'ActiveState') == 'inactive',
+              'a read of io.kgpu.%s by %s leaves the stopped %s stopped (%s)' % (
+                  name, user, unit, (p.stderr.strip().splitlines() or ['?'])[-1]), p.stdout + p.stderr)
+    p = sh('systemctl', 'start', 'kgpu.target', check_rc=False, timeout=60)
+    wait(lambda: all(unit_prop(u, 'ActiveState') == 'active' for u in UNITS) and allocations() is not None, 30,
+         'units back')
+    check(p.returncode == 0 and all(unit_prop(u, 'ActiveState') == 'active' for u in UNITS),
+          'systemctl start kgpu.target starts them again', p.stderr)
     after = allocations()
-    check(after == before, 'allocations kept across stop and D-Bus activation', '%r -> %r' % (before, after))
+    check(after == before, 'allocations kept across the stop', '%r -> %r' % (before, after))
 
     # --- watchdog: every daemon pings (else systemd kills it after WATCHDOG_SEC) ------
     pids = {u: unit_prop(u, 'MainPID') for u in UNITS}

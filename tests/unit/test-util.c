@@ -2,10 +2,13 @@
 /* test-util.c — string, vector, number and file helpers. */
 
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/util.h"
 #include "common/paths.h"
@@ -100,6 +103,69 @@ START_TEST(test_files) {
 }
 END_TEST
 
+static unsigned count_entries(int fd) {
+        _cleanup_close_ int d = openat(fd, ".", O_RDONLY|O_DIRECTORY|O_CLOEXEC);
+        struct dirent *de;
+        unsigned n = 0;
+        DIR *dir;
+
+        ck_assert_int_ge(d, 0);
+        dir = fdopendir(TAKE_FD(d));
+        ck_assert_ptr_nonnull(dir);
+        while ((de = readdir(dir)))
+                if (!streq(de->d_name, ".") && !streq(de->d_name, ".."))
+                        n++;
+        closedir(dir);
+        return n;
+}
+
+/* The temp file is a new one of an unguessable name: a hard link or symlink planted at
+ * the name an earlier version used ("<name>.tmp.<pid>", opened with O_TRUNC) is never
+ * written through, and nothing is left behind. */
+START_TEST(test_atomic_write_planted) {
+        char dir[] = "/tmp/kgpu-test-util-XXXXXX";
+        _cleanup_free_ char *s = NULL, *planted = NULL, *cmd = NULL;
+        _cleanup_close_ int fd = -EBADF;
+
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        fd = open(dir, O_PATH|O_DIRECTORY|O_CLOEXEC);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(write_file_atomic_at(fd, "victim", "secret\n", 7, 0600), 0);
+        ck_assert_int_ge(asprintf(&planted, "f.tmp.%d", (int) getpid()), 0);
+        ck_assert_int_eq(linkat(fd, "victim", fd, planted, 0), 0);
+        ck_assert_int_eq(symlinkat("victim", fd, "sub-link"), 0);
+        ck_assert_uint_eq(count_entries(fd), 3);
+
+        ck_assert_int_eq(write_file_atomic_at(fd, "f", "hello\n", 6, 0644), 0);
+        ck_assert_int_eq(read_one_line_file_at(fd, "f", 64, &s), 0);
+        ck_assert_str_eq(s, "hello");
+        s = mfree(s);
+        ck_assert_int_eq(read_one_line_file_at(fd, "victim", 64, &s), 0);
+        ck_assert_str_eq(s, "secret");
+        s = mfree(s);
+        ck_assert_uint_eq(count_entries(fd), 4);
+
+        /* Replacing a symlink replaces the link, never what it points to. */
+        ck_assert_int_eq(write_file_atomic_at(fd, "sub-link", "new\n", 4, 0644), 0);
+        ck_assert_int_eq(read_one_line_file_at(fd, "victim", 64, &s), 0);
+        ck_assert_str_eq(s, "secret");
+        s = mfree(s);
+
+        /* A rename that fails (a directory with something in it is in the way) leaves no
+         * temp file; a path in a subdirectory gets its temp file there. */
+        ck_assert_int_eq(mkdirat(fd, "d", 0755), 0);
+        ck_assert_int_eq(write_file_atomic_at(fd, "d/x", "x\n", 2, 0644), 0);
+        ck_assert_uint_eq(count_entries(fd), 5);
+        ck_assert_int_lt(write_file_atomic_at(fd, "d", "y\n", 2, 0644), 0);
+        ck_assert_uint_eq(count_entries(fd), 5);
+        ck_assert_int_eq(write_file_atomic_at(fd, "d/", "y\n", 2, 0644), -EINVAL);
+        ck_assert_int_eq(write_file_atomic_at(fd, "", "y\n", 2, 0644), -EINVAL);
+
+        ck_assert_int_ge(asprintf(&cmd, "rm -rf '%s'", dir), 0);
+        ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 static Suite *util_suite(void) {
         Suite *s = suite_create("util");
         TCase *tc = tcase_create("core");
@@ -108,6 +174,7 @@ static Suite *util_suite(void) {
         tcase_add_test(tc, test_strv);
         tcase_add_test(tc, test_array_reserve);
         tcase_add_test(tc, test_files);
+        tcase_add_test(tc, test_atomic_write_planted);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -23,6 +23,9 @@
 
 #define UUID "GPU-00000000-0000-0000-0000-000000000000"
 #define GIB (UINT64_C(1) << 30)
+/* What the probe fills in from its configuration and the GPU (probe-dbus.c): the l40s
+ * scenario's GPU, under MPS in the configuration. */
+#define ALLOWED .in_mps_config = true, .gpu_memory_bytes = 48 * GIB
 
 static char tmpdir[] = "/tmp/test-mps-XXXXXX";
 static char *fake_smi, *fake_mps, *log_path, *state_path, *mps_dir, *pipe_dir, *log_dir;
@@ -143,7 +146,7 @@ static Mps *new_mps(void) {
 }
 
 static int set_and_wait(Mps *m, bool enabled, uint64_t pinned, uint32_t pct, char **ret_message) {
-        MpsRequest req = { .uuid = UUID, .index = 0, .enabled = enabled, .pinned_memory_bytes = pinned,
+        MpsRequest req = { .uuid = UUID, ALLOWED, .index = 0, .enabled = enabled, .pinned_memory_bytes = pinned,
                            .active_thread_percentage = pct };
         Done d = {};
 
@@ -207,6 +210,7 @@ START_TEST(test_enable_change_disable) {
 
         cmds = take_commands();
         ck_assert_int_ge(asprintf(&want,
+                                  "nvidia-smi -i 0 --query-gpu=compute_mode --format=csv,noheader\n"
                                   "nvidia-smi -i 0 -c EXCLUSIVE_PROCESS\n"
                                   "%s\n"
                                   "nvidia-cuda-mps-control < get_server_list\n"
@@ -434,7 +438,7 @@ static int on_tick(sd_event_source *s, uint64_t usec, void *userdata) {
 START_TEST(test_never_blocks_and_timeout) {
         _cleanup_(mps_freep) Mps *m = new_mps();
         _cleanup_(sd_event_source_unrefp) sd_event_source *tick = NULL;
-        MpsRequest req = { .uuid = UUID, .enabled = true, .pinned_memory_bytes = GIB, .active_thread_percentage = 50 };
+        MpsRequest req = { .uuid = UUID, ALLOWED, .enabled = true, .pinned_memory_bytes = GIB, .active_thread_percentage = 50 };
         Done d = {};
         int fired = 0;
         uint64_t t0;
@@ -531,7 +535,7 @@ END_TEST
 START_TEST(test_mig_refused) {
         _cleanup_(mps_freep) Mps *m = NULL;
         _cleanup_free_ char *msg = NULL, *cmds = NULL, *state = NULL;
-        MpsRequest req = { .uuid = UUID, .index = 0, .mig_enabled = true, .enabled = true,
+        MpsRequest req = { .uuid = UUID, ALLOWED, .index = 0, .mig_enabled = true, .enabled = true,
                            .pinned_memory_bytes = GIB, .active_thread_percentage = 50 };
         char *why = NULL;
 
@@ -548,7 +552,8 @@ START_TEST(test_mig_refused) {
         ck_assert_msg(strstr(msg, "MIG-enabled"), "message: %s", msg);
         ck_assert_int_eq(mps_get_state(m, UUID), MPS_STATE_FAILED);
         cmds = take_commands();
-        ck_assert_str_eq(cmds, "nvidia-smi -i 0 -c EXCLUSIVE_PROCESS");
+        ck_assert_str_eq(cmds, "nvidia-smi -i 0 --query-gpu=compute_mode --format=csv,noheader\n"
+                               "nvidia-smi -i 0 -c EXCLUSIVE_PROCESS");
         state = slurp(state_path);
         ck_assert_ptr_null(strstr(state, "Exclusive_Process"));
 }
@@ -631,9 +636,11 @@ END_TEST
 START_TEST(test_queue_in_order) {
         _cleanup_(mps_freep) Mps *m = new_mps();
         _cleanup_free_ char *state = NULL;
-        MpsRequest a = { .uuid = UUID, .enabled = true, .pinned_memory_bytes = 2 * GIB, .active_thread_percentage = 50 };
-        MpsRequest b = { .uuid = UUID, .enabled = true, .pinned_memory_bytes = GIB, .active_thread_percentage = 10 };
-        MpsRequest c = { .uuid = UUID, .enabled = false };
+        MpsRequest a = { .uuid = UUID, ALLOWED, .enabled = true, .pinned_memory_bytes = 2 * GIB,
+                         .active_thread_percentage = 50 };
+        MpsRequest b = { .uuid = UUID, ALLOWED, .enabled = true, .pinned_memory_bytes = GIB,
+                         .active_thread_percentage = 10 };
+        MpsRequest c = { .uuid = UUID, ALLOWED, .enabled = false };
         Done da = {}, db = {}, dc = {}, dd = {};
 
         ck_assert_int_eq(mps_set(m, &a, on_done, &da), 0);
@@ -677,7 +684,7 @@ START_TEST(test_check_gives_way) {
 END_TEST
 
 START_TEST(test_validate_and_cancel) {
-        MpsRequest r = { .uuid = UUID, .enabled = true, .pinned_memory_bytes = GIB, .active_thread_percentage = 50 };
+        MpsRequest r = { .uuid = UUID, ALLOWED, .enabled = true, .pinned_memory_bytes = GIB, .active_thread_percentage = 50 };
         Done d = {};
         char *why = NULL;
         Mps *m = new_mps();
@@ -700,15 +707,197 @@ START_TEST(test_validate_and_cancel) {
         free(why);
         r.uuid = "MIG-00000000-0000-0000-0000-000000000000";
         ck_assert_int_eq(mps_request_validate(&r, NULL), -EINVAL);
+
+        /* The probe's own policy, whoever asks. A GPU the configuration does not put under
+         * MPS: refused (-EPERM), and mps_set() refuses it too, nothing queued. */
+        r = (MpsRequest) { .uuid = UUID, .gpu_memory_bytes = 48 * GIB, .enabled = true,
+                           .pinned_memory_bytes = GIB, .active_thread_percentage = 50 };
+        ck_assert_int_eq(mps_request_validate(&r, &why), -EPERM);
+        ck_assert_msg(strstr(why, "not under MPS in the configuration"), "message: %s", why);
+        why = mfree(why);
+        ck_assert_int_eq(mps_set(m, &r, on_done, &d), -EPERM);
+        ck_assert_uint_eq(mps_pending(m), 0);
+        /* Turning it off is always allowed: it restores the GPU. */
+        r.enabled = false;
+        ck_assert_int_eq(mps_request_validate(&r, NULL), 0);
+        /* Limits beyond the GPU: its whole memory is the most a slice can pin. */
+        r = (MpsRequest) { .uuid = UUID, ALLOWED, .enabled = true, .pinned_memory_bytes = 48 * GIB,
+                           .active_thread_percentage = 100 };
+        ck_assert_int_eq(mps_request_validate(&r, NULL), 0);
+        r.pinned_memory_bytes = 48 * GIB + 1;
+        ck_assert_int_eq(mps_request_validate(&r, &why), -EINVAL);
+        ck_assert_msg(strstr(why, "more than the"), "message: %s", why);
+        why = mfree(why);
+        /* The pinned limit of the attack: 17592186044415M. */
+        r.pinned_memory_bytes = UINT64_C(17592186044415) << 20;
+        ck_assert_int_eq(mps_set(m, &r, on_done, &d), -EINVAL);
+        /* A GPU of unknown memory: no limit can be checked. */
+        r.pinned_memory_bytes = GIB;
+        r.gpu_memory_bytes = 0;
+        ck_assert_int_eq(mps_request_validate(&r, &why), -EINVAL);
+        ck_assert_msg(strstr(why, "unknown"), "message: %s", why);
+        why = mfree(why);
+        ck_assert_uint_eq(mps_pending(m), 0);
+        ck_assert_int_eq(d.calls, 0);
         ck_assert_int_eq(mps_new(event, "relative/dir", NULL, NULL, &m) < 0 ? 0 : 1, 0);
 
         /* Freed with a request queued: its callback runs with -ECANCELED. */
-        r = (MpsRequest) { .uuid = UUID, .enabled = true, .pinned_memory_bytes = GIB, .active_thread_percentage = 50 };
+        r = (MpsRequest) { .uuid = UUID, ALLOWED, .enabled = true, .pinned_memory_bytes = GIB, .active_thread_percentage = 50 };
         ck_assert_int_eq(mps_set(m, &r, on_done, &d), 0);
         mps_free(m);
         ck_assert_int_eq(d.calls, 1);
         ck_assert_int_eq(d.error, -ECANCELED);
         free(d.message);
+}
+END_TEST
+
+/* Writes the fake tools' state file: GPU 0 in compute mode `mode` before MPS. */
+static void set_fake_compute_mode(const char *mode) {
+        _cleanup_free_ char *text = NULL;
+
+        ck_assert_int_ge(asprintf(&text, "{\"compute_mode\": {\"0\": \"%s\"}}\n", mode), 0);
+        ck_assert_int_eq(write_file_atomic_at(AT_FDCWD, state_path, text, strlen(text), 0644), 0);
+}
+
+static char *mode_record(void) {
+        _cleanup_free_ char *p = NULL;
+
+        ck_assert_int_ge(asprintf(&p, "%s/" UUID "/compute-mode", mps_dir), 0);
+        return slurp(p);
+}
+
+START_TEST(test_restore_compute_mode) {
+        _cleanup_free_ char *cmds = NULL, *state = NULL, *want = NULL, *record = NULL, *ctl = expect_line_ctl("");
+        Mps *m = new_mps();
+
+        /* The GPU was Prohibited before MPS: that is what a disable sets again, not Default. */
+        set_fake_compute_mode("Prohibited");
+        ck_assert_int_eq(set_and_wait(m, true, 2 * GIB, 50, NULL), 0);
+        record = mode_record();
+        ck_assert_str_eq(record, "PROHIBITED");
+        state = slurp(state_path);
+        ck_assert_ptr_nonnull(strstr(state, "\"0\": \"Exclusive_Process\""));
+        free(take_commands());
+
+        /* Other limits, then the same enable again: the record is not read anew (the GPU
+         * is ours in EXCLUSIVE_PROCESS now). */
+        ck_assert_int_eq(set_and_wait(m, true, GIB, 25, NULL), 0);
+        cmds = take_commands();
+        ck_assert_ptr_null(strstr(cmds, "compute_mode"));
+        free(record);
+        record = mode_record();
+        ck_assert_str_eq(record, "PROHIBITED");
+
+        /* The probe exits and a new one adopts the daemon: it has no memory of its own of
+         * the mode before, only the record. */
+        m = mps_free(m);
+        m = new_mps();
+        ck_assert_int_eq(mps_adopt(m), 1);
+        run_until_idle(m);
+        ck_assert_int_eq(mps_get_state(m, UUID), MPS_STATE_RUNNING);
+        free(take_commands());
+        ck_assert_int_eq(set_and_wait(m, false, 0, 0, NULL), 0);
+        free(cmds);
+        cmds = take_commands();
+        ck_assert_int_ge(asprintf(&want, "%s\nnvidia-cuda-mps-control < quit\nnvidia-smi -i 0 -c PROHIBITED", ctl), 0);
+        ck_assert_str_eq(cmds, want);
+        free(state);
+        state = slurp(state_path);
+        ck_assert_ptr_nonnull(strstr(state, "\"0\": \"Prohibited\""));
+        /* The record went with the directories: the next MPS session reads the mode again. */
+        free(record);
+        record = mode_record();
+        ck_assert_str_eq(record, "");
+
+        /* Exclusive_Process before MPS (an operator's choice): kept after it. */
+        set_fake_compute_mode("Exclusive_Process");
+        ck_assert_int_eq(set_and_wait(m, true, GIB, 50, NULL), 0);
+        free(record);
+        record = mode_record();
+        ck_assert_str_eq(record, "EXCLUSIVE_PROCESS");
+        ck_assert_int_eq(set_and_wait(m, false, 0, 0, NULL), 0);
+        free(state);
+        state = slurp(state_path);
+        ck_assert_ptr_nonnull(strstr(state, "\"0\": \"Exclusive_Process\""));
+
+        /* A directory without a record (a daemon an earlier probe version left): Default,
+         * as that version restored. */
+        set_fake_compute_mode("Default");
+        start_daemon_behind();
+        free(take_commands());
+        ck_assert_int_eq(set_and_wait(m, false, 0, 0, NULL), 0);
+        free(cmds);
+        cmds = take_commands();
+        ck_assert_ptr_nonnull(strstr(cmds, "nvidia-smi -i 0 -c DEFAULT"));
+
+        /* A record holding garbage: DEFAULT too, the garbage never reaches a command. */
+        set_fake_compute_mode("Prohibited");
+        start_daemon_behind();
+        {
+                _cleanup_free_ char *p = NULL;
+
+                ck_assert_int_ge(asprintf(&p, "%s/" UUID "/compute-mode", mps_dir), 0);
+                ck_assert_int_eq(write_file_atomic_at(AT_FDCWD, p, "$(reboot) -f\n", 13, 0644), 0);
+        }
+        free(take_commands());
+        ck_assert_int_eq(set_and_wait(m, false, 0, 0, NULL), 0);
+        free(cmds);
+        cmds = take_commands();
+        ck_assert_ptr_nonnull(strstr(cmds, "nvidia-smi -i 0 -c DEFAULT"));
+        ck_assert_ptr_null(strstr(cmds, "reboot"));
+        mps_free(m);
+}
+END_TEST
+
+/* Plays a pod with a read-write mount of the pipe directory, or root on the host: what it
+ * leaves there (a subdirectory with files, a deeper tree, a symlink to a file elsewhere, a
+ * FIFO, things owned by another user) must not make the disable fail, nor reach outside. */
+START_TEST(test_pod_files_cannot_fail_stop) {
+        _cleanup_free_ char *p = NULL, *victim = NULL, *text = NULL, *base = NULL;
+        Mps *m = new_mps();
+
+        ck_assert_int_eq(set_and_wait(m, true, 2 * GIB, 50, NULL), 0);
+        ck_assert_int_ge(asprintf(&victim, "%s/victim", tmpdir), 0);
+        ck_assert_int_eq(write_file_atomic_at(AT_FDCWD, victim, "keep\n", 5, 0644), 0);
+
+        ck_assert_int_ge(asprintf(&p, "%s/sub", pipe_dir), 0);
+        ck_assert_int_eq(mkdir(p, 0777), 0);
+        free(p);
+        ck_assert_int_ge(asprintf(&p, "%s/sub/file", pipe_dir), 0);
+        ck_assert_int_eq(write_file_atomic_at(AT_FDCWD, p, "x", 1, 0600), 0);
+        free(p);
+        ck_assert_int_ge(asprintf(&p, "%s/sub/deeper", pipe_dir), 0);
+        ck_assert_int_eq(mkdir(p, 0700), 0);
+        free(p);
+        ck_assert_int_ge(asprintf(&p, "%s/sub/deeper/link", pipe_dir), 0);
+        ck_assert_int_eq(symlink(victim, p), 0);
+        free(p);
+        ck_assert_int_ge(asprintf(&p, "%s/dirlink", pipe_dir), 0);
+        ck_assert_int_eq(symlink(tmpdir, p), 0);
+        free(p);
+        ck_assert_int_ge(asprintf(&p, "%s/fifo", pipe_dir), 0);
+        ck_assert_int_eq(mkfifo(p, 0666), 0);
+        if (geteuid() == 0) {
+                free(p);
+                ck_assert_int_ge(asprintf(&p, "%s/sub/deeper", pipe_dir), 0);
+                ck_assert_int_eq(chown(p, 65534, 65534), 0);
+        }
+
+        ck_assert_int_eq(set_and_wait(m, false, 0, 0, NULL), 0);
+        ck_assert_int_eq(mps_get_state(m, UUID), MPS_STATE_OFF);
+        ck_assert_str_eq(states.seen, "starting,running,off");
+        ck_assert_int_ge(asprintf(&base, "%s/" UUID, mps_dir), 0);
+        ck_assert_int_lt(access(base, F_OK), 0);
+        /* Nothing followed out of the directory. */
+        ck_assert_int_eq(read_one_line_file_at(AT_FDCWD, victim, 64, &text), 0);
+        ck_assert_str_eq(text, "keep");
+        ck_assert_int_eq(access(tmpdir, F_OK), 0);
+
+        /* And MPS starts again there afterwards. */
+        ck_assert_int_eq(set_and_wait(m, true, 2 * GIB, 50, NULL), 0);
+        ck_assert_int_eq(mps_get_state(m, UUID), MPS_STATE_RUNNING);
+        ck_assert_int_eq(set_and_wait(m, false, 0, 0, NULL), 0);
+        mps_free(m);
 }
 END_TEST
 
@@ -782,6 +971,8 @@ int main(void) {
         tcase_add_test(tc, test_check_gives_way);
         tcase_add_test(tc, test_validate_and_cancel);
         tcase_add_test(tc, test_systemd_unit_and_environment);
+        tcase_add_test(tc, test_restore_compute_mode);
+        tcase_add_test(tc, test_pod_files_cannot_fail_stop);
         suite_add_tcase(s, tc);
         sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);

@@ -491,18 +491,135 @@ START_TEST(test_tool_find) {
                 ck_assert_int_eq(mkdir(usr, 0755), 0);
                 ck_assert_int_eq(mkdir(bin, 0755), 0);
         }
-        ck_assert_int_eq(nvidia_tool_find(root, NULL, "nvidia-smi", &found), -ENOENT);
+        ck_assert_int_eq(nvidia_tool_find(root, NULL, "nvidia-smi", &found, NULL), -ENOENT);
         ck_assert_int_eq(symlink(fake_smi, link), 0);
-        ck_assert_int_eq(nvidia_tool_find(root, NULL, "nvidia-smi", &found), 0);
+        ck_assert_int_eq(nvidia_tool_find(root, NULL, "nvidia-smi", &found, NULL), 0);
         ck_assert_str_eq(found, link);
         found = mfree(found);
-        ck_assert_int_eq(nvidia_tool_find(root, fake_mps, "nvidia-smi", &found), 0);
+        ck_assert_int_eq(nvidia_tool_find(root, fake_mps, "nvidia-smi", &found, NULL), 0);
         ck_assert_str_eq(found, fake_mps);
         found = mfree(found);
-        ck_assert_int_eq(nvidia_tool_find(root, "bin/nvidia-smi", "nvidia-smi", &found), -EINVAL);
-        ck_assert_int_eq(nvidia_tool_find(root, NULL, "../nvidia-smi", &found), -EINVAL);
-        ck_assert_int_eq(nvidia_tool_find("relative", NULL, "nvidia-smi", &found), -EINVAL);
+        ck_assert_int_eq(nvidia_tool_find(root, "bin/nvidia-smi", "nvidia-smi", &found, NULL), -EINVAL);
+        ck_assert_int_eq(nvidia_tool_find(root, NULL, "../nvidia-smi", &found, NULL), -EINVAL);
+        ck_assert_int_eq(nvidia_tool_find("relative", NULL, "nvidia-smi", &found, NULL), -EINVAL);
         ck_assert_ptr_null(found);
+}
+END_TEST
+
+static char *make_file(const char *dir, const char *name, mode_t mode) {
+        char *p;
+
+        ck_assert_int_ge(asprintf(&p, "%s/%s", dir, name), 0);
+        ck_assert_int_eq(write_file_atomic_at(AT_FDCWD, p, "#!/bin/sh\n", 10, mode), 0);
+        return p;
+}
+
+static char *make_dir(const char *dir, const char *name, mode_t mode) {
+        char *p;
+
+        ck_assert_int_ge(asprintf(&p, "%s/%s", dir, name), 0);
+        ck_assert_int_eq(mkdir(p, mode), 0);
+        ck_assert_int_eq(chmod(p, mode), 0);
+        return p;
+}
+
+/* The probe runs the tools as root: only root (or its own user) may be able to change
+ * them, the directories on their way and the driver root. */
+START_TEST(test_tool_trust) {
+        _cleanup_free_ char *ok = NULL, *loose = NULL, *open_dir = NULL, *in_open = NULL, *sticky = NULL,
+                            *in_sticky = NULL, *link = NULL, *found = NULL, *why = NULL, *root = NULL,
+                            *usr = NULL, *bin = NULL, *tool = NULL, *lax_root = NULL;
+        bool as_root = geteuid() == 0;
+
+        /* tmpdir: 0700 under /tmp (root's, sticky): trusted. */
+        ok = make_file(tmpdir, "ok", 0755);
+        ck_assert_int_eq(nvidia_path_check_trusted(ok, false, &why), 0);
+        ck_assert_int_eq(nvidia_tool_find(NULL, ok, "nvidia-smi", &found, &why), 0);
+        ck_assert_str_eq(found, ok);
+        found = mfree(found);
+
+        /* Writable by group: refused, the reason names the file and its mode. */
+        loose = make_file(tmpdir, "loose", 0775);
+        ck_assert_int_eq(chmod(loose, 0775), 0);
+        ck_assert_int_eq(nvidia_tool_find(NULL, loose, "nvidia-smi", &found, &why), -EPERM);
+        ck_assert_ptr_null(found);
+        ck_assert_msg(strstr(why, loose) && strstr(why, "writable by group or others (mode 0775)"), "why: %s", why);
+        why = mfree(why);
+
+        /* A trusted file in a directory others may write (no sticky bit): anyone could
+         * replace it. Refused naming the directory. */
+        open_dir = make_dir(tmpdir, "open", 0777);
+        in_open = make_file(open_dir, "tool", 0755);
+        ck_assert_int_eq(nvidia_path_check_trusted(in_open, false, &why), -EPERM);
+        ck_assert_msg(strstr(why, open_dir) && strstr(why, "mode 0777"), "why: %s", why);
+        why = mfree(why);
+        /* ... but with the sticky bit (as /tmp) others cannot replace our files there. */
+        sticky = make_dir(tmpdir, "sticky", 01777);
+        in_sticky = make_file(sticky, "tool", 0755);
+        ck_assert_int_eq(nvidia_path_check_trusted(in_sticky, false, NULL), 0);
+
+        /* Through a symlink: the directory holding the link is checked too. */
+        ck_assert_int_ge(asprintf(&link, "%s/link", open_dir), 0);
+        ck_assert_int_eq(symlink(ok, link), 0);
+        ck_assert_int_eq(nvidia_path_check_trusted(link, false, &why), -EPERM);
+        ck_assert_msg(strstr(why, open_dir), "why: %s", why);
+        why = mfree(why);
+        ck_assert_int_eq(nvidia_path_check_trusted(fake_smi, false, NULL), 0);
+
+        /* Not a regular file; missing; relative. */
+        ck_assert_int_eq(nvidia_path_check_trusted(tmpdir, false, &why), -EPERM);
+        ck_assert_msg(strstr(why, "not a regular file"), "why: %s", why);
+        why = mfree(why);
+        ck_assert_int_eq(nvidia_path_check_trusted(tmpdir, true, NULL), 0);
+        ck_assert_int_eq(nvidia_path_check_trusted("/nonexistent/nvidia-smi", false, NULL), -ENOENT);
+        ck_assert_int_eq(nvidia_path_check_trusted("usr/bin/nvidia-smi", false, NULL), -EINVAL);
+
+        /* A driver root others may write: refused before looking for the tools in it. */
+        lax_root = make_dir(tmpdir, "lax-root", 0757);
+        ck_assert_int_eq(nvidia_tool_find(lax_root, NULL, "nvidia-smi", &found, &why), -EPERM);
+        ck_assert_msg(strstr(why, lax_root), "why: %s", why);
+        why = mfree(why);
+
+        /* A driver root with an untrusted nvidia-smi in usr/bin and a good one in bin: the
+         * first one found is refused, not skipped for the next. */
+        root = make_dir(tmpdir, "driver", 0755);
+        usr = make_dir(root, "usr", 0755);
+        bin = make_dir(usr, "bin", 0755);
+        tool = make_file(bin, "nvidia-smi", 0777);
+        ck_assert_int_eq(chmod(tool, 0777), 0);
+        free(make_dir(root, "bin", 0755));
+        {
+                _cleanup_free_ char *p = NULL, *good = NULL;
+
+                ck_assert_int_ge(asprintf(&p, "%s/bin", root), 0);
+                good = make_file(p, "nvidia-smi", 0755);
+        }
+        ck_assert_int_eq(nvidia_tool_find(root, NULL, "nvidia-smi", &found, &why), -EPERM);
+        ck_assert_msg(strstr(why, tool), "why: %s", why);
+        why = mfree(why);
+        ck_assert_int_eq(chmod(tool, 0755), 0);
+        ck_assert_int_eq(nvidia_tool_find(root, NULL, "nvidia-smi", &found, NULL), 0);
+        ck_assert_str_eq(found, tool);
+        found = mfree(found);
+
+        if (!as_root)
+                return;         /* the owner cases need chown */
+
+        /* Owned by another user, mode 0755: that user could rewrite it. */
+        ck_assert_int_eq(chown(ok, 65534, 65534), 0);
+        ck_assert_int_eq(nvidia_tool_find(NULL, ok, "nvidia-smi", &found, &why), -EPERM);
+        ck_assert_msg(strstr(why, ok) && strstr(why, "owned by uid 65534, not root"), "why: %s", why);
+        why = mfree(why);
+        /* A root-owned tool in a directory another user owns. */
+        ck_assert_int_eq(chown(ok, 0, 0), 0);
+        ck_assert_int_eq(chown(sticky, 65534, 65534), 0);
+        ck_assert_int_eq(nvidia_path_check_trusted(in_sticky, false, &why), -EPERM);
+        ck_assert_msg(strstr(why, sticky) && strstr(why, "owned by uid 65534"), "why: %s", why);
+        why = mfree(why);
+        /* The driver root owned by another user. */
+        ck_assert_int_eq(chown(root, 65534, 65534), 0);
+        ck_assert_int_eq(nvidia_tool_find(root, NULL, "nvidia-smi", &found, &why), -EPERM);
+        ck_assert_msg(strstr(why, root) && strstr(why, "owned by uid 65534"), "why: %s", why);
 }
 END_TEST
 
@@ -518,6 +635,7 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_lost_gpu);
         tcase_add_test(tc, test_no_devices);
         tcase_add_test(tc, test_compute_mode);
+        tcase_add_test(tc, test_tool_trust);
         tcase_add_test(tc, test_mps);
         tcase_add_test(tc, test_timeout);
         tcase_add_test(tc, test_output_bounded);

@@ -861,6 +861,37 @@ START_TEST(test_compute_mode_recordings) {
 }
 END_TEST
 
+static int query(const char *text, NvidiaComputeMode *m) {
+        return nvidia_smi_parse_compute_mode_query(text, strlen(text), m, NULL);
+}
+
+/* -i N --query-gpu=compute_mode --format=csv,noheader: the mode MPS will restore. */
+START_TEST(test_compute_mode_query) {
+        _cleanup_free_ char *err = NULL;
+        NvidiaComputeMode m = NVIDIA_COMPUTE_MODE_UNKNOWN;
+        Rec r = rec_load("error-A10-GPU-PV-VM-1.txt");
+        static const char lost[] = "Unable to determine the device handle for GPU0000:01:00.0: Unknown Error\n";
+
+        ck_assert_int_eq(query("Default\n", &m), 0);
+        ck_assert_int_eq(m, NVIDIA_COMPUTE_MODE_DEFAULT);
+        ck_assert_int_eq(query("Prohibited\r\n", &m), 0);
+        ck_assert_int_eq(m, NVIDIA_COMPUTE_MODE_PROHIBITED);
+        ck_assert_int_eq(query("\n Exclusive_Process \n\n", &m), 0);
+        ck_assert_int_eq(m, NVIDIA_COMPUTE_MODE_EXCLUSIVE_PROCESS);
+        /* A lost GPU, garbage, two GPUs, nothing: errors, *ret untouched. */
+        m = NVIDIA_COMPUTE_MODE_UNKNOWN;
+        ck_assert_int_eq(nvidia_smi_parse_compute_mode_query(lost, sizeof(lost) - 1, &m, &err), -EIO);
+        ck_assert_ptr_nonnull(strstr(err, "device handle"));
+        ck_assert_int_lt(nvidia_smi_parse_compute_mode_query(r.text, r.len, &m, NULL), 0);
+        ck_assert_int_eq(query("Sometimes\n", &m), -EBADMSG);
+        ck_assert_int_eq(query("Default\nDefault\n", &m), -EBADMSG);
+        ck_assert_int_eq(query("", &m), -EBADMSG);
+        ck_assert_int_eq(query("Unknown\n", &m), -EBADMSG);
+        ck_assert_int_eq(m, NVIDIA_COMPUTE_MODE_UNKNOWN);
+        rec_done(&r);
+}
+END_TEST
+
 START_TEST(test_mps_replies) {
         _cleanup_free_ char *err = NULL;
         _cleanup_free_ pid_t *pids = NULL;
@@ -1095,6 +1126,7 @@ START_TEST(test_mutations) {
                                 CHECK(nvidia_smi_parse_mig_profiles(copy, cut, &mp, &n, &err));
                                 mp = mfree(mp);
                                 CHECK(nvidia_smi_parse_compute_mode_reply(copy, cut, &cm, &err));
+                                CHECK(nvidia_smi_parse_compute_mode_query(copy, cut, &cm, &err));
                                 CHECK(nvidia_mps_parse_reply(copy, cut, &err));
                                 CHECK(nvidia_mps_parse_percentage_reply(copy, cut, &tenths, &err));
                                 CHECK(nvidia_mps_parse_server_list(copy, cut, &p, &n, &err));
@@ -1126,6 +1158,7 @@ static Suite *suite(void) {
         tcase_add_loop_test(tc, test_q_mig_recordings, 0, ELEMENTSOF(q_cases));
         tcase_add_test(tc, test_mig_instance_join);
         tcase_add_test(tc, test_compute_mode_recordings);
+        tcase_add_test(tc, test_compute_mode_query);
         tcase_add_test(tc, test_mps_replies);
         tcase_add_test(tc, test_mps_replies_h100);
         tcase_add_test(tc, test_helpers);
