@@ -296,7 +296,8 @@ static bool mount_granted(const Grant *g, const V1beta1__Mount *mt) {
                 return false;
         if (streq(cp, GATE_MPS_SHM))
                 return streq(hp, GATE_MPS_SHM);
-        if (streq(cp, g->mps_container))
+        /* Read-only: a pod that could write there could break the daemon's stop. */
+        if (streq(cp, g->mps_container) && mt->read_only)
                 for (size_t i = 0; i < g->n_units; i++)
                         if (streq(g->units[i].gpu->mps_pipe_directory, hp))
                                 return true;

@@ -483,6 +483,7 @@ START_TEST(test_nvidia_mps) {
         const TAnswer mps = {
                 .devices = { { "/dev/nvidia1", "/dev/nvidia1", "rw" } },
                 .mounts = { { "/mps/nvidia.com/gpu/pipe", MPS_PIPE }, { "/dev/shm", "/dev/shm" } },
+                .ro = { true },
                 .envs = { { "CUDA_MPS_PIPE_DIRECTORY", "/mps/nvidia.com/gpu/pipe" },
                           { "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=40960M" },
                           { "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "50" },
@@ -490,6 +491,9 @@ START_TEST(test_nvidia_mps) {
         };
 
         pass(s, "nvidia.com/gpu", IDS(NV1 "::0", NV1 "::1"), &mps);
+        /* The pipe only read-only: a pod writing there could break the daemon's stop. */
+        refused(s, "nvidia.com/gpu", IDS(NV1 "::0"), &(TAnswer) {
+                .mounts = { { "/mps/nvidia.com/gpu/pipe", MPS_PIPE } } }, "read-write mount");
         /* The pipe as the probe exports it, at the resource's place, only. */
         refused(s, "nvidia.com/gpu", IDS(NV1 "::0"), &(TAnswer) {
                 .mounts = { { "/mps/nvidia.com/gpu/pipe", "/run/kgpu/mps" } } }, "'/run/kgpu/mps'");
@@ -641,7 +645,8 @@ START_TEST(test_updates) {
         ck_assert_str_eq(g->id, NV0);
         ck_assert_uint_eq(strv_length(g->device_nodes), 4);
         ck_assert_uint_eq(g->n_migs, 1);
-        pass(s, "nvidia.com/gpu", IDS(NV0 "::0"), &(TAnswer) { .mounts = { { "/mps/nvidia.com/gpu/pipe", "/run/other/pipe" } } });
+        pass(s, "nvidia.com/gpu", IDS(NV0 "::0"), &(TAnswer) { .mounts = { { "/mps/nvidia.com/gpu/pipe", "/run/other/pipe" } },
+                                                            .ro = { true } });
 
         /* An invalid one changes nothing. */
         ck_assert_int_ge(sd_bus_message_new_method_call(bus, &bad, "io.kgpu.Test", "/", "io.kgpu.Test", "T"), 0);
