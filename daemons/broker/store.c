@@ -35,6 +35,7 @@ typedef enum StoreStatement {
         STMT_LIST_ALL,
         STMT_DELETE_ALLOCATION,
         STMT_SET_HOLDER,
+        STMT_FIND_CLAIMERS,
         _STMT_MAX,
 } StoreStatement;
 
@@ -59,6 +60,12 @@ static const char * const statement_sql[_STMT_MAX] = {
         [STMT_SET_HOLDER] =
                 ("UPDATE allocations SET pod_namespace = ?2, pod_name = ?3, container_name = ?4, "
                  "seen_usec = ?5 WHERE id = ?1"),
+        /* The stored allocations of a resource holding a device id (superseded by an
+         * Allocate of it): through the index on device_id, one row normally. */
+        [STMT_FIND_CLAIMERS] =
+                "SELECT d.allocation_id FROM allocation_devices AS d "
+                "JOIN allocations AS a ON a.id = d.allocation_id "
+                "WHERE d.device_id = ?1 AND a.resource = ?2",
 };
 
 /* Schema v1. user_version is set in the same transaction, so a crash while creating
@@ -545,6 +552,31 @@ static void rows_add(Store *s, uint64_t id, const char *resource, char * const *
         rows_drop(s);
 }
 
+/* Committed releases, taken out of the rows and the holder index. */
+static void rows_release(Store *s, const uint64_t *ids, size_t n) {
+        size_t kept = 0;
+
+        if (!s->rows_loaded || n == 0)
+                return;
+        for (size_t i = 0; i < n; i++) {
+                StoreRow *row = rows_find(s, ids[i]);
+
+                if (!row)
+                        continue;
+                if (s->holders && holders_remove(s->holders, row->id) < 0)
+                        s->holders = holders_free(s->holders);
+                /* Emptied but left in place (the id keeps the order for rows_find());
+                 * the compaction below drops rows without a resource. */
+                uint64_t id = row->id;
+                row_done(row);
+                row->id = id;
+        }
+        for (size_t i = 0; i < s->n_rows; i++)
+                if (s->rows[i].resource)
+                        s->rows[kept++] = s->rows[i];
+        s->n_rows = kept;
+}
+
 int store_open(const char *directory, const char *boot_id, Store **ret, char **ret_error) {
         _cleanup_(store_freep) Store *s = NULL;
         int64_t version = 0, n_objects = 0;
@@ -731,9 +763,73 @@ static int store_insert_allocation(Store *s, const char *resource, char * const 
         return 0;
 }
 
+static int str_ptr_cmp(const void *a, const void *b) {
+        return strcmp(*(const char * const *) a, *(const char * const *) b);
+}
+
+/* -EINVAL if an id is in more than one request (or twice in one). */
+static int requests_check_distinct(char ** const *requests, size_t n_requests) {
+        _cleanup_free_ const char **all = NULL;
+        size_t n = 0;
+
+        if (n_requests == 1 && strv_length(requests[0]) == 1)
+                return 0;       /* the kubelet's call: one container, often one id */
+        for (size_t i = 0; i < n_requests; i++)
+                n += strv_length(requests[i]);
+        all = calloc(n + 1, sizeof(char *));
+        if (!all)
+                return -ENOMEM;
+        n = 0;
+        for (size_t i = 0; i < n_requests; i++)
+                for (char * const *j = requests[i]; *j; j++)
+                        all[n++] = *j;
+        qsort(all, n, sizeof(char *), str_ptr_cmp);
+        for (size_t i = 1; i < n; i++)
+                if (streq(all[i - 1], all[i]))
+                        return -EINVAL;
+        return 0;
+}
+
+static int superseded_cmp(const void *a, const void *b) {
+        const StoreSuperseded *x = a, *y = b;
+
+        if (x->id != y->id)
+                return x->id < y->id ? -1 : 1;
+        return x->request < y->request ? -1 : x->request > y->request;
+}
+
+/* Appends the stored allocations of resource that hold device id, for request. */
+static int store_find_claimers(Store *s, const char *resource, const char *id, size_t request,
+                               StoreSuperseded **list, size_t *n, size_t *allocated) {
+        sqlite3_stmt *st = s->stmt[STMT_FIND_CLAIMERS];
+        int rc = SQLITE_DONE, r = 0;
+
+        if (sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC) != SQLITE_OK ||
+            sqlite3_bind_text(st, 2, resource, -1, SQLITE_STATIC) != SQLITE_OK)
+                r = -ENOMEM;
+        while (r >= 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+                sqlite3_int64 v = sqlite3_column_int64(st, 0);
+
+                if (v <= 0)
+                        continue;       /* never read at open either */
+                r = array_reserve((void **) list, allocated, *n + 1, sizeof(StoreSuperseded));
+                if (r >= 0)
+                        (*list)[(*n)++] = (StoreSuperseded) { .id = (uint64_t) v, .request = request };
+        }
+        if (r >= 0 && rc != SQLITE_DONE)
+                r = sqlite_to_errno(rc) ?: -EIO;
+        sqlite3_reset(st);
+        sqlite3_clear_bindings(st);
+        return r;
+}
+
 int store_allocate(Store *s, const char *resource, char ** const *requests, size_t n_requests,
-                   uint64_t created_usec, uint64_t *ret_ids) {
-        _cleanup_free_ uint64_t *ids = NULL;
+                   uint64_t created_usec, uint64_t *ret_ids,
+                   StoreSuperseded **ret_superseded, size_t *ret_n_superseded) {
+        _cleanup_free_ uint64_t *ids = NULL, *old_ids = NULL;
+        _cleanup_free_ StoreSuperseded *old = NULL;
+        size_t n_old = 0, allocated_old = 0;
+        sqlite3_stmt *st;
         int r;
 
         if (!s || isempty(resource) || n_requests == 0)
@@ -741,6 +837,10 @@ int store_allocate(Store *s, const char *resource, char ** const *requests, size
         for (size_t i = 0; i < n_requests; i++)
                 if (strv_length(requests[i]) == 0)
                         return -EINVAL;
+        /* Two requests of one call with the same id would both hold it. */
+        r = requests_check_distinct(requests, n_requests);
+        if (r < 0)
+                return r;
 
         ids = calloc(n_requests, sizeof(uint64_t));
         if (!ids)
@@ -749,6 +849,41 @@ int store_allocate(Store *s, const char *resource, char ** const *requests, size
         r = store_step_done(s, STMT_BEGIN);
         if (r < 0)
                 return r;
+
+        /* Superseded: every stored allocation of the resource holding one of the call's
+         * ids, each once, with the first request claiming it. Found before anything is
+         * inserted, so the call never supersedes itself. */
+        for (size_t i = 0; i < n_requests; i++)
+                for (char * const *j = requests[i]; *j; j++) {
+                        r = store_find_claimers(s, resource, *j, i, &old, &n_old, &allocated_old);
+                        if (r < 0)
+                                goto rollback;
+                }
+        if (n_old > 1) {
+                size_t k = 0;
+
+                qsort(old, n_old, sizeof(StoreSuperseded), superseded_cmp);
+                for (size_t i = 0; i < n_old; i++)
+                        if (k == 0 || old[i].id != old[k - 1].id)
+                                old[k++] = old[i];
+                n_old = k;
+        }
+        old_ids = calloc(n_old + 1, sizeof(uint64_t));
+        if (!old_ids) {
+                r = -ENOMEM;
+                goto rollback;
+        }
+        st = s->stmt[STMT_DELETE_ALLOCATION];
+        for (size_t i = 0; i < n_old; i++) {
+                old_ids[i] = old[i].id;
+                if (sqlite3_bind_int64(st, 1, (sqlite3_int64) MIN(old[i].id, (uint64_t) INT64_MAX)) != SQLITE_OK) {
+                        r = -ENOMEM;
+                        goto rollback;
+                }
+                r = store_step_done(s, STMT_DELETE_ALLOCATION);
+                if (r < 0)
+                        goto rollback;
+        }
 
         for (size_t i = 0; i < n_requests; i++) {
                 r = store_insert_allocation(s, resource, requests[i], created_usec, &ids[i]);
@@ -766,11 +901,16 @@ int store_allocate(Store *s, const char *resource, char ** const *requests, size
         if (r < 0)
                 goto rollback;
 
-        log_debug("Committed %zu allocation(s) of %s.", n_requests, resource);
+        log_debug("Committed %zu allocation(s) of %s, %zu superseded.", n_requests, resource, n_old);
+        rows_release(s, old_ids, n_old);
         for (size_t i = 0; i < n_requests; i++)
                 rows_add(s, ids[i], resource, requests[i], created_usec);
         if (ret_ids)
                 memcpy(ret_ids, ids, n_requests * sizeof(uint64_t));
+        if (ret_superseded)
+                *ret_superseded = TAKE_PTR(old);
+        if (ret_n_superseded)
+                *ret_n_superseded = n_old;
         return 0;
 
 rollback:
@@ -836,31 +976,6 @@ static void rows_set_holders(Store *s, const StoreHolder * const *set, size_t n)
                             free_and_strdup(&row->container_name, empty_to_null(set[i]->container_name)) < 0))
                         rows_drop(s);   /* read again when next needed */
         }
-}
-
-/* Committed releases, taken out of the rows and the holder index. */
-static void rows_release(Store *s, const uint64_t *ids, size_t n) {
-        size_t kept = 0;
-
-        if (!s->rows_loaded || n == 0)
-                return;
-        for (size_t i = 0; i < n; i++) {
-                StoreRow *row = rows_find(s, ids[i]);
-
-                if (!row)
-                        continue;
-                if (s->holders && holders_remove(s->holders, row->id) < 0)
-                        s->holders = holders_free(s->holders);
-                /* Emptied but left in place (the id keeps the order for rows_find());
-                 * the compaction below drops rows without a resource. */
-                uint64_t id = row->id;
-                row_done(row);
-                row->id = id;
-        }
-        for (size_t i = 0; i < s->n_rows; i++)
-                if (s->rows[i].resource)
-                        s->rows[kept++] = s->rows[i];
-        s->n_rows = kept;
 }
 
 int store_reconcile(Store *s, const uint64_t *release, size_t n_release,

@@ -15,6 +15,14 @@
  *  - store_allocate() records every container request of one Allocate call in ONE
  *    transaction (BEGIN IMMEDIATE ... COMMIT). It returns 0 only after COMMIT returned
  *    SQLITE_OK; on any failure the transaction is rolled back and nothing is visible.
+ *    In the same transaction it deletes the allocations the call SUPERSEDES: every
+ *    stored allocation of the same resource (whatever its boot) holding one of the
+ *    call's device ids. The kubelet hands a device id to a new container only once the
+ *    container that had it is gone (or it asks again for the same container), so the
+ *    newest allocation of an id is its only live holder; holders.h and reconcile.h
+ *    already count the older ones as dead, this makes the file agree. Hence no device
+ *    id is ever held by more than one stored allocation of a resource, and repeating
+ *    Allocate does not grow the state.
  *  - store_reconcile() deletes released allocations and records the live holders of
  *    kept ones in ONE transaction, with the same all-or-nothing guarantee. What would
  *    not change anything (unknown ids, a holder already recorded) is not written; a call
@@ -48,13 +56,23 @@ const char *store_get_path(const Store *s);
 /* Boot id recorded by the previous run ("" if none, e.g. a new database). */
 const char *store_get_previous_boot_id(const Store *s);
 
+/* An allocation store_allocate() deleted, and the request whose ids claimed it. */
+typedef struct StoreSuperseded {
+        uint64_t id;
+        size_t request;
+} StoreSuperseded;
+
 /*
  * Records one allocation per container request (requests[i] is a strv of device ids)
- * for resource, created at created_usec (CLOCK_REALTIME). On success ret_ids (if not
- * NULL, n_requests entries) receives the allocation ids.
+ * for resource, created at created_usec (CLOCK_REALTIME), and deletes the allocations
+ * they supersede (see the contract). On success ret_ids (if not NULL, n_requests
+ * entries) receives the allocation ids, and *ret_superseded (if not NULL; free()) the
+ * superseded ones, oldest first, *ret_n_superseded of them. -EINVAL: no request, an
+ * empty one, or an id in more than one place of the call.
  */
 int store_allocate(Store *s, const char *resource, char ** const *requests, size_t n_requests,
-                   uint64_t created_usec, uint64_t *ret_ids);
+                   uint64_t created_usec, uint64_t *ret_ids,
+                   StoreSuperseded **ret_superseded, size_t *ret_n_superseded);
 
 /* Calls cb for each of the newest max allocations (0: all) in id order, oldest first.
  * Rows that failed validation at open are not there. cb must not change the store. A
