@@ -507,6 +507,17 @@ static int method_allocate(sd_bus_message *msg, void *userdata, sd_bus_error *er
                 return -ENOMEM;
         r = store_allocate(m->store, resource, (char ** const *) q.lists, q.n, now_usec(CLOCK_REALTIME), ids,
                            &superseded, &n_superseded);
+        if (r == -EDQUOT) {
+                log_struct(LOG_WARNING, KGPU_MESSAGE_ALLOCATIONS_FULL,
+                           "Refusing Allocate of %s from %s: the broker records at most %zu allocations "
+                           "(broker.maxAllocations), %zu are recorded.", resource, strna_sender(msg),
+                           store_get_max_allocations(m->store), store_get_n_allocations(m->store));
+                return sd_bus_error_setf(error, KGPU_ERROR_TOO_MANY_ALLOCATIONS,
+                                         "The broker records at most %zu allocations (broker.maxAllocations) "
+                                         "and %zu are recorded; those no live container holds are released "
+                                         "by the next reconciliation with the kubelet's PodResources",
+                                         store_get_max_allocations(m->store), store_get_n_allocations(m->store));
+        }
         if (r < 0) {
                 log_struct(LOG_ERR, KGPU_MESSAGE_STATE_ERROR,
                            "Failed to record an allocation of %s in %s, refusing it: %s",

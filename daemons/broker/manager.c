@@ -190,6 +190,7 @@ static void manager_open_store(Manager *m) {
                            "(the file is left untouched): %s", m->store_error ?: strerror(-r));
                 return;
         }
+        store_set_max_allocations(m->store, m->config->max_allocations);
         if (!isempty(store_get_previous_boot_id(m->store)) && !isempty(m->boot_id) &&
             !streq(store_get_previous_boot_id(m->store), m->boot_id))
                 log_info("State database %s was last used in another boot (%s).", store_get_path(m->store),

@@ -36,6 +36,7 @@ typedef enum StoreStatement {
         STMT_DELETE_ALLOCATION,
         STMT_SET_HOLDER,
         STMT_FIND_CLAIMERS,
+        STMT_COUNT,
         _STMT_MAX,
 } StoreStatement;
 
@@ -66,6 +67,7 @@ static const char * const statement_sql[_STMT_MAX] = {
                 "SELECT d.allocation_id FROM allocation_devices AS d "
                 "JOIN allocations AS a ON a.id = d.allocation_id "
                 "WHERE d.device_id = ?1 AND a.resource = ?2",
+        [STMT_COUNT] = "SELECT count(*) FROM allocations",
 };
 
 /* Schema v1. user_version is set in the same transaction, so a crash while creating
@@ -149,6 +151,7 @@ struct Store {
         sqlite3_stmt *stmt[_STMT_MAX];
         StoreBeforeCommitFunc before_commit;
         void *before_commit_userdata;
+        size_t max_allocations;         /* 0: no cap */
         /* The committed allocations by id; valid while rows_loaded. A copy that could not
          * follow a commit (out of memory) is dropped and read again when next needed. */
         StoreRow *rows;
@@ -823,12 +826,34 @@ static int store_find_claimers(Store *s, const char *resource, const char *id, s
         return r;
 }
 
+/* The allocations stored once the deletions of this transaction are committed. */
+static int store_count_kept(Store *s, const uint64_t *deleted, size_t n_deleted, size_t *ret) {
+        sqlite3_stmt *st = s->stmt[STMT_COUNT];
+        size_t n;
+        int rc;
+
+        if (s->rows_loaded) {
+                n = s->n_rows;
+                for (size_t i = 0; i < n_deleted; i++)
+                        if (rows_find(s, deleted[i]) && n > 0)
+                                n--;
+                *ret = n;
+                return 0;
+        }
+        /* Without the copy (it could not be read): ask SQL, inside the transaction. */
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW)
+                *ret = (size_t) MAX(sqlite3_column_int64(st, 0), 0);
+        sqlite3_reset(st);
+        return rc == SQLITE_ROW ? 0 : (sqlite_to_errno(rc) ?: -EIO);
+}
+
 int store_allocate(Store *s, const char *resource, char ** const *requests, size_t n_requests,
                    uint64_t created_usec, uint64_t *ret_ids,
                    StoreSuperseded **ret_superseded, size_t *ret_n_superseded) {
         _cleanup_free_ uint64_t *ids = NULL, *old_ids = NULL;
         _cleanup_free_ StoreSuperseded *old = NULL;
-        size_t n_old = 0, allocated_old = 0;
+        size_t n_old = 0, allocated_old = 0, n_kept = 0;
         sqlite3_stmt *st;
         int r;
 
@@ -845,6 +870,8 @@ int store_allocate(Store *s, const char *resource, char ** const *requests, size
         ids = calloc(n_requests, sizeof(uint64_t));
         if (!ids)
                 return -ENOMEM;
+        /* The copy answers the cap's count (SQL does without it). */
+        (void) rows_ensure(s);
 
         r = store_step_done(s, STMT_BEGIN);
         if (r < 0)
@@ -885,6 +912,18 @@ int store_allocate(Store *s, const char *resource, char ** const *requests, size
                         goto rollback;
         }
 
+        if (s->max_allocations > 0) {
+                r = store_count_kept(s, old_ids, n_old, &n_kept);
+                if (r < 0)
+                        goto rollback;
+                if (n_kept > s->max_allocations || n_requests > s->max_allocations - n_kept) {
+                        log_debug("Refusing %zu allocation(s) of %s: %zu stored, at most %zu.", n_requests,
+                                  resource, n_kept, s->max_allocations);
+                        r = -EDQUOT;
+                        goto rollback;
+                }
+        }
+
         for (size_t i = 0; i < n_requests; i++) {
                 r = store_insert_allocation(s, resource, requests[i], created_usec, &ids[i]);
                 if (r < 0)
@@ -919,6 +958,23 @@ rollback:
         if (!sqlite3_get_autocommit(s->db))
                 (void) store_step_done(s, STMT_ROLLBACK);
         return r;
+}
+
+void store_set_max_allocations(Store *s, size_t max) {
+        s->max_allocations = max;
+}
+
+size_t store_get_max_allocations(const Store *s) {
+        return s->max_allocations;
+}
+
+size_t store_get_n_allocations(Store *s) {
+        size_t n = 0;
+
+        if (rows_ensure(s) >= 0)
+                return s->n_rows;
+        (void) store_count_kept(s, NULL, 0, &n);
+        return n;
 }
 
 const Holders *store_get_holders(Store *s) {

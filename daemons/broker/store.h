@@ -23,6 +23,9 @@
  *    already count the older ones as dead, this makes the file agree. Hence no device
  *    id is ever held by more than one stored allocation of a resource, and repeating
  *    Allocate does not grow the state.
+ *  - With a cap set (store_set_max_allocations()), an Allocate that would leave more
+ *    allocations stored than the cap (after its supersedings) is refused with -EDQUOT
+ *    and changes nothing.
  *  - store_reconcile() deletes released allocations and records the live holders of
  *    kept ones in ONE transaction, with the same all-or-nothing guarantee. What would
  *    not change anything (unknown ids, a holder already recorded) is not written; a call
@@ -67,12 +70,20 @@ typedef struct StoreSuperseded {
  * for resource, created at created_usec (CLOCK_REALTIME), and deletes the allocations
  * they supersede (see the contract). On success ret_ids (if not NULL, n_requests
  * entries) receives the allocation ids, and *ret_superseded (if not NULL; free()) the
- * superseded ones, oldest first, *ret_n_superseded of them. -EINVAL: no request, an
- * empty one, or an id in more than one place of the call.
+ * superseded ones, oldest first, *ret_n_superseded of them. -EDQUOT: over the cap;
+ * -EINVAL: no request, an empty one, or an id in more than one place of the call.
  */
 int store_allocate(Store *s, const char *resource, char ** const *requests, size_t n_requests,
                    uint64_t created_usec, uint64_t *ret_ids,
                    StoreSuperseded **ret_superseded, size_t *ret_n_superseded);
+
+/* The most allocations the store keeps (0: no cap); checked by store_allocate() only, so
+ * lowering it below what is stored refuses new allocations until reconciliation has
+ * released enough, and drops nothing. */
+void store_set_max_allocations(Store *s, size_t max);
+size_t store_get_max_allocations(const Store *s);
+/* The allocations stored now (those store_foreach_allocation() visits). */
+size_t store_get_n_allocations(Store *s);
 
 /* Calls cb for each of the newest max allocations (0: all) in id order, oldest first.
  * Rows that failed validation at open are not there. cb must not change the store. A

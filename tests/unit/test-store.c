@@ -606,6 +606,45 @@ START_TEST(test_store_supersedes) {
 }
 END_TEST
 
+/* The cap refuses an Allocate that would leave more allocations stored, and changes
+ * nothing then; what a call supersedes makes room for it. */
+START_TEST(test_store_cap) {
+        _cleanup_(store_freep) Store *s = NULL;
+        char *a[] = { (char *) "a", NULL }, *b[] = { (char *) "b", NULL }, *c[] = { (char *) "c", NULL };
+        char *d[] = { (char *) "d", NULL };
+        char **ra[] = { a }, **rb[] = { b }, **rc[] = { c }, **rd[] = { d }, **ra_d[] = { a, d };
+        uint64_t ids[3];
+
+        s = open_ok("b");
+        ck_assert_uint_eq(store_get_max_allocations(s), 0);
+        store_set_max_allocations(s, 3);
+        ck_assert_uint_eq(store_get_max_allocations(s), 3);
+        ck_assert_int_eq(store_allocate(s, "res", ra, 1, 1, &ids[0], NULL, NULL), 0);
+        ck_assert_int_eq(store_allocate(s, "res", rb, 1, 1, &ids[1], NULL, NULL), 0);
+        ck_assert_int_eq(store_allocate(s, "res", rc, 1, 1, &ids[2], NULL, NULL), 0);
+        ck_assert_int_eq(store_allocate(s, "res", rd, 1, 1, NULL, NULL, NULL), -EDQUOT);
+        /* a is superseded, d would be one more: 4 > 3. */
+        ck_assert_int_eq(store_allocate(s, "res", ra_d, 2, 1, NULL, NULL, NULL), -EDQUOT);
+        ck_assert_uint_eq(store_get_n_allocations(s), 3);
+        ck_assert_int_eq(raw_int("SELECT count(*) FROM allocations"), 3);
+        ck_assert_int_eq(raw_int("SELECT count(*) FROM allocation_devices WHERE device_id = 'a'"), 1);
+        /* Allocating a again replaces its allocation: allowed at the cap. */
+        ck_assert_int_eq(store_allocate(s, "res", ra, 1, 2, NULL, NULL, NULL), 0);
+
+        /* Lowered under what is stored: nothing dropped, only new ones refused... */
+        store_set_max_allocations(s, 1);
+        ck_assert_int_eq(store_allocate(s, "res", rd, 1, 3, NULL, NULL, NULL), -EDQUOT);
+        ck_assert_uint_eq(store_get_n_allocations(s), 3);
+        /* ...until reconciliation released enough. */
+        ck_assert_int_eq(store_reconcile(s, &ids[1], 2, NULL, 0, 4), 0);
+        ck_assert_uint_eq(store_get_n_allocations(s), 1);
+        ck_assert_int_eq(store_allocate(s, "res", rd, 1, 5, NULL, NULL, NULL), -EDQUOT);
+        store_set_max_allocations(s, 2);
+        ck_assert_int_eq(store_allocate(s, "res", rd, 1, 5, NULL, NULL, NULL), 0);
+        ck_assert_uint_eq(store_get_n_allocations(s), 2);
+}
+END_TEST
+
 static Suite *store_suite(void) {
         Suite *s = suite_create("store");
         TCase *tc = tcase_create("core");
@@ -626,6 +665,7 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_store_kill_anytime);
         tcase_add_test(tc, test_store_bad_rows_skipped);
         tcase_add_test(tc, test_store_supersedes);
+        tcase_add_test(tc, test_store_cap);
         suite_add_tcase(s, tc);
         return s;
 }
