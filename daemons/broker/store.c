@@ -151,6 +151,10 @@ struct Store {
         sqlite3_stmt *stmt[_STMT_MAX];
         StoreBeforeCommitFunc before_commit;
         void *before_commit_userdata;
+        StoreCheckpointFunc checkpoint;
+        void *checkpoint_userdata;
+        size_t wal_frames;              /* after the last commit or checkpoint */
+        bool checkpoint_asked;          /* the taker was asked since the last checkpoint */
         size_t max_allocations;         /* 0: no cap */
         /* The committed allocations by id; valid while rows_loaded. A copy that could not
          * follow a commit (out of memory) is dropped and read again when next needed. */
@@ -580,9 +584,55 @@ static void rows_release(Store *s, const uint64_t *ids, size_t n) {
         s->n_rows = kept;
 }
 
+int store_checkpoint(Store *s) {
+        int frames = 0, copied = 0, rc;
+
+        if (!s)
+                return -EINVAL;
+        s->checkpoint_asked = false;
+        /* Passive: copies what no reader still needs, waits for nobody (the busy handler
+         * is not called). Synced: the database file is fsynced before the WAL is reused. */
+        rc = sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, &frames, &copied);
+        if (rc != SQLITE_OK)
+                return sqlite_to_errno(rc) ?: -EIO;
+        if (frames > 0 && copied < frames) {
+                log_debug("Checkpointed %d of %d WAL frames of %s: a reader holds the rest.", copied, frames,
+                          s->path);
+                return -EBUSY;
+        }
+        /* All copied: the next commit writes the WAL from its start. */
+        s->wal_frames = 0;
+        return 0;
+}
+
+/* SQLite calls this after every commit in WAL mode, in place of its autocheckpoint.
+ * frames: the WAL's length now, in pages. It never fails the commit (that has happened):
+ * a checkpoint that cannot be done now is tried again after the next commit. */
+static int store_wal_hook(void *userdata, sqlite3 *db, const char *name, int frames) {
+        Store *s = userdata;
+        int r;
+
+        s->wal_frames = frames > 0 ? (size_t) frames : 0;
+        if (s->wal_frames < STORE_WAL_CHECKPOINT_FRAMES)
+                return SQLITE_OK;
+        if (s->checkpoint && s->wal_frames < STORE_WAL_FRAMES_MAX) {
+                if (!s->checkpoint_asked) {
+                        s->checkpoint_asked = true;
+                        s->checkpoint(s, s->checkpoint_userdata);
+                }
+                return SQLITE_OK;
+        }
+        r = store_checkpoint(s);
+        if (r < 0 && r != -EBUSY)
+                log_debug("Checkpoint of %s after a commit failed, trying again after the next one: %s",
+                          s->path, strerror(-r));
+        return SQLITE_OK;
+}
+
 int store_open(const char *directory, const char *boot_id, Store **ret, char **ret_error) {
         _cleanup_(store_freep) Store *s = NULL;
         int64_t version = 0, n_objects = 0;
+        char pragmas[128];
         int rc, r;
 
         if (isempty(directory) || directory[0] != '/')
@@ -655,9 +705,14 @@ int store_open(const char *directory, const char *boot_id, Store **ret, char **r
         if (r < 0)
                 return store_error(ret_error, r, s->path, "cannot switch to WAL mode: %s",
                                    sqlite3_errmsg(s->db));
-        r = store_exec(s->db, "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;");
+        snprintf(pragmas, sizeof(pragmas), "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; "
+                 "PRAGMA journal_size_limit = %d;", STORE_WAL_SIZE_MAX);
+        r = store_exec(s->db, pragmas);
         if (r < 0)
                 return store_error(ret_error, r, s->path, "cannot set pragmas: %s", sqlite3_errmsg(s->db));
+        /* Replaces SQLite's autocheckpoint (every 1000 frames, in the committing call, never
+         * cutting the file back): see the WAL bound in store.h. */
+        (void) sqlite3_wal_hook(s->db, store_wal_hook, s);
 
         /* Each step is its own transaction that also sets user_version, so a crash in
          * between leaves a database of a complete older version. */
@@ -975,6 +1030,16 @@ size_t store_get_n_allocations(Store *s) {
                 return s->n_rows;
         (void) store_count_kept(s, NULL, 0, &n);
         return n;
+}
+
+void store_set_checkpoint_func(Store *s, StoreCheckpointFunc cb, void *userdata) {
+        s->checkpoint = cb;
+        s->checkpoint_userdata = userdata;
+        s->checkpoint_asked = false;
+}
+
+size_t store_get_wal_frames(const Store *s) {
+        return s->wal_frames;
 }
 
 const Holders *store_get_holders(Store *s) {

@@ -26,6 +26,17 @@
  *  - With a cap set (store_set_max_allocations()), an Allocate that would leave more
  *    allocations stored than the cap (after its supersedings) is refused with -EDQUOT
  *    and changes nothing.
+ *  - The WAL file is bounded: kgpu.db-wal stays under STORE_WAL_SIZE_MAX bytes plus one
+ *    transaction. SQLite's own autocheckpoint is replaced: once a commit leaves
+ *    STORE_WAL_CHECKPOINT_FRAMES frames in the WAL, the store asks for a checkpoint
+ *    (store_set_checkpoint_func(): the broker runs store_checkpoint() from its event loop
+ *    after the reply is sent) or, without a taker or once STORE_WAL_FRAMES_MAX frames
+ *    are reached, checkpoints right after the commit. A checkpoint never waits for a
+ *    reader and never weakens durability: commits are synced to the WAL
+ *    (synchronous=FULL) before any checkpoint copies them; the WAL file is then reused
+ *    from its start, and cut back to STORE_WAL_SIZE_MAX (journal_size_limit) if one
+ *    large transaction made it longer. Only a reader holding a snapshot of its own
+ *    (another program with the file open) can delay the reuse.
  *  - store_reconcile() deletes released allocations and records the live holders of
  *    kept ones in ONE transaction, with the same all-or-nothing guarantee. What would
  *    not change anything (unknown ids, a holder already recorded) is not written; a call
@@ -48,6 +59,12 @@
 #define STORE_SCHEMA_VERSION 3
 #define STORE_FILE_NAME "kgpu.db"
 #define STORE_BUSY_TIMEOUT_MS 200
+
+/* The WAL bound (see the contract). A frame is one page (4096 bytes) plus a 24-byte
+ * header; an Allocate of one device writes 5 frames. */
+#define STORE_WAL_CHECKPOINT_FRAMES 256
+#define STORE_WAL_FRAMES_MAX (2 * STORE_WAL_CHECKPOINT_FRAMES)
+#define STORE_WAL_SIZE_MAX (STORE_WAL_FRAMES_MAX * (4096 + 24) + 32)
 
 typedef struct Store Store;
 
@@ -98,6 +115,18 @@ int store_foreach_allocation(Store *s, size_t max, StoreAllocationFunc cb, void 
  * valid until its next change; NULL when it cannot be built (out of memory). */
 typedef struct Holders Holders;
 const Holders *store_get_holders(Store *s);
+
+/* Called (from inside a commit) when the WAL has grown to STORE_WAL_CHECKPOINT_FRAMES:
+ * the taker runs store_checkpoint() soon, outside of any store call. It must not call
+ * the store itself. Without a taker the store checkpoints right after the commit. */
+typedef void (*StoreCheckpointFunc)(Store *s, void *userdata);
+void store_set_checkpoint_func(Store *s, StoreCheckpointFunc cb, void *userdata);
+/* Copies the WAL into the database file (passive: waits for nobody), so the next commit
+ * writes the WAL from its start. 0: everything copied; -EBUSY: a reader kept some of it
+ * (tried again at the next threshold); other negative errno: SQLite failed. */
+int store_checkpoint(Store *s);
+/* Frames in the WAL after the last commit or checkpoint (tests, logs). */
+size_t store_get_wal_frames(const Store *s);
 
 /* Test hook: called inside the transaction of store_allocate() right before COMMIT;
  * a negative return aborts (rollback) with that error. */

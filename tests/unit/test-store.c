@@ -645,6 +645,131 @@ START_TEST(test_store_cap) {
 }
 END_TEST
 
+static long long wal_size(void) {
+        char p[300];
+        struct stat st;
+
+        snprintf(p, sizeof(p), "%s-wal", db_path);
+        if (stat(p, &st) < 0) {
+                ck_assert_int_eq(errno, ENOENT);
+                return 0;
+        }
+        return (long long) st.st_size;
+}
+
+/* Many commits in one long-lived store: kgpu.db-wal never exceeds STORE_WAL_SIZE_MAX plus
+ * one transaction (SQLite's own autocheckpoint lets it reach 1000 frames, over 4 MB, and
+ * keeps that size). 40 ids allocated in turn, a holder recorded for every third. */
+#define WAL_ROUNDS 600
+#define WAL_ONE_TRANSACTION (16 * (4096 + 24))
+static long long wal_churn(Store *s, int rounds, bool *asked) {
+        long long max = 0;
+
+        for (int i = 0; i < rounds; i++) {
+                char id[32], pod[32];
+                char *ids[] = { id, NULL };
+                char **reqs[] = { ids };
+                uint64_t got;
+                StoreHolder h = { .pod_namespace = (char *) "ns", .pod_name = pod, .container_name = (char *) "c" };
+
+                snprintf(id, sizeof(id), "0000:%02x:00.0", i % 40);
+                snprintf(pod, sizeof(pod), "pod-%d", i);
+                ck_assert_int_eq(store_allocate(s, "res", reqs, 1, (uint64_t) i, &got, NULL, NULL), 0);
+                max = MAX(max, wal_size());
+                if (i % 3 == 0) {
+                        h.id = got;
+                        ck_assert_int_eq(store_reconcile(s, NULL, 0, &h, 1, (uint64_t) i), 0);
+                        max = MAX(max, wal_size());
+                }
+                /* The broker's event loop: the checkpoint once the call is over. */
+                if (asked && *asked) {
+                        *asked = false;
+                        ck_assert_int_eq(store_checkpoint(s), 0);
+                }
+        }
+        return max;
+}
+
+static void count_asks(Store *s, void *userdata) {
+        bool *asked = userdata;
+
+        ck_assert(!*asked);
+        *asked = true;
+}
+
+static void ignore_asks(Store *s, void *userdata) {
+        (*(int *) userdata)++;
+}
+
+START_TEST(test_store_wal_bounded) {
+        _cleanup_(store_freep) Store *s = NULL;
+        long long max;
+        bool asked = false;
+        int ignored = 0, held = 0;
+
+        /* Without a taker: checkpointed after the commit that reached the threshold. */
+        s = open_ok("b");
+        max = wal_churn(s, WAL_ROUNDS, NULL);
+        fprintf(stderr, "no taker: WAL at most %lld bytes (bound %d)\n", max, STORE_WAL_SIZE_MAX);
+        ck_assert_int_gt(max, 0);
+        ck_assert_int_le(max, STORE_WAL_SIZE_MAX + WAL_ONE_TRANSACTION);
+        ck_assert_uint_le(store_get_wal_frames(s), STORE_WAL_CHECKPOINT_FRAMES + 16);
+
+        /* A taker that runs the checkpoint after each call (the broker): about half. */
+        store_set_checkpoint_func(s, count_asks, &asked);
+        max = wal_churn(s, WAL_ROUNDS, &asked);
+        fprintf(stderr, "taker: WAL at most %lld bytes\n", max);
+        ck_assert_int_le(max, STORE_WAL_CHECKPOINT_FRAMES * (4096 + 24) + 32 + WAL_ONE_TRANSACTION);
+
+        /* A taker that never gets to it: the store checkpoints at STORE_WAL_FRAMES_MAX. */
+        store_set_checkpoint_func(s, ignore_asks, &ignored);
+        max = wal_churn(s, WAL_ROUNDS, NULL);
+        fprintf(stderr, "stalled taker: WAL at most %lld bytes, asked %d times\n", max, ignored);
+        ck_assert_int_gt(ignored, 0);
+        ck_assert_int_le(max, STORE_WAL_SIZE_MAX + WAL_ONE_TRANSACTION);
+
+        /* One transaction larger than the bound (an inventory of 1000 GPUs with long node
+         * lists) lengthens the file; it is cut back to the bound once the WAL is reused. */
+        {
+                _cleanup_free_ StoreInventoryGpu *gpus = calloc(1000, sizeof(StoreInventoryGpu));
+                _cleanup_free_ char *nodes = malloc(4001), *paths = calloc(1000, 16);
+
+                ck_assert_ptr_nonnull(gpus);
+                ck_assert_ptr_nonnull(nodes);
+                ck_assert_ptr_nonnull(paths);
+                memset(nodes, 'n', 4000);
+                nodes[4000] = 0;
+                for (int i = 0; i < 1000; i++) {
+                        snprintf(paths + 16 * i, 16, "/gpu/%d", i);
+                        gpus[i] = (StoreInventoryGpu) { .path = paths + 16 * i, .id = paths + 16 * i, .vendor = "v",
+                                                        .driver = "d", .card_node = "c", .render_node = "r",
+                                                        .health_reason = "", .device_nodes = nodes,
+                                                        .numa_node = -1, .healthy = true };
+                }
+                store_set_checkpoint_func(s, NULL, NULL);
+                ck_assert_int_eq(store_save_inventory(s, gpus, 1000), 0);
+                fprintf(stderr, "after 1000 GPUs: WAL %lld bytes\n", wal_size());
+                ck_assert_int_gt(wal_size(), STORE_WAL_SIZE_MAX + WAL_ONE_TRANSACTION);
+                ck_assert_int_eq(store_save_inventory(s, NULL, 0), 0);
+                wal_churn(s, 10, NULL);
+                fprintf(stderr, "then: WAL %lld bytes\n", wal_size());
+                ck_assert_int_le(wal_size(), STORE_WAL_SIZE_MAX);
+        }
+        s = store_free(s);
+
+        /* Everything committed is there: the last allocation of each id (the last 10 rounds
+         * allocated ids 0-9 again), with its holder. */
+        for (int i = WAL_ROUNDS - 30; i < WAL_ROUNDS; i++)
+                held += i % 3 == 0;
+        for (int i = 0; i < 10; i++)
+                held += i % 3 == 0;
+        ck_assert_int_eq(raw_int("SELECT count(*) FROM allocations"), 40);
+        ck_assert_int_eq(raw_int("SELECT count(DISTINCT device_id) FROM allocation_devices"), 40);
+        ck_assert_int_eq(raw_int("SELECT count(*) FROM allocations WHERE created_usec >= 10"), 30);
+        ck_assert_int_eq(raw_int("SELECT count(*) FROM allocations WHERE pod_name != ''"), held);
+}
+END_TEST
+
 static Suite *store_suite(void) {
         Suite *s = suite_create("store");
         TCase *tc = tcase_create("core");
@@ -666,6 +791,7 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_store_bad_rows_skipped);
         tcase_add_test(tc, test_store_supersedes);
         tcase_add_test(tc, test_store_cap);
+        tcase_add_test(tc, test_store_wal_bounded);
         suite_add_tcase(s, tc);
         return s;
 }
