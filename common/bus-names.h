@@ -18,6 +18,7 @@
 #define KGPU_ERROR_UNKNOWN_DEVICE   "io.kgpu.Error.UnknownDevice"
 #define KGPU_ERROR_UNHEALTHY        "io.kgpu.Error.Unhealthy"
 #define KGPU_ERROR_EXHAUSTED        "io.kgpu.Error.Exhausted"
+#define KGPU_ERROR_TOO_MANY_ALLOCATIONS "io.kgpu.Error.TooManyAllocations"
 #define KGPU_ERROR_INVALID_ARGS     "io.kgpu.Error.InvalidArgs"
 #define KGPU_ERROR_STATE            "io.kgpu.Error.StateUnavailable"
 #define KGPU_ERROR_ACCESS_DENIED    "io.kgpu.Error.AccessDenied"

@@ -121,6 +121,7 @@ typedef struct Config {
         uint32_t broker_timeout_ms;     /* grpc.brokerTimeoutMs (default 2000) */
         uint32_t reconcile_interval_sec; /* kubelet.reconcileIntervalSec (default 30, 0: at start only) */
         uint32_t reconcile_grace_sec;   /* broker.reconcileGraceSec (default 60) */
+        uint32_t max_allocations;       /* broker.maxAllocations (default 16384) */
 
         /* Intel. */
         bool intel_enabled;             /* intel.enabled (default true) */

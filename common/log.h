@@ -63,3 +63,4 @@ int log_internal(int level, int error, const char *file, int line, const char *f
 #define KGPU_MESSAGE_KUBELET_GONE   "9c1f4a3b2e7d4f5a8b6c0d1e2f3a4b56"
 #define KGPU_MESSAGE_STATE_ERROR    "9c1f4a3b2e7d4f5a8b6c0d1e2f3a4b57"
 #define KGPU_MESSAGE_ANSWER_REFUSED "9c1f4a3b2e7d4f5a8b6c0d1e2f3a4b58"  /* grpcd's gate refused an Allocate answer */
+#define KGPU_MESSAGE_ALLOCATIONS_FULL "9c1f4a3b2e7d4f5a8b6c0d1e2f3a4b5c"  /* the broker refused an Allocate at broker.maxAllocations */

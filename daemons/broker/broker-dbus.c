@@ -435,10 +435,27 @@ static int append_allocate_response(Manager *m, sd_bus_message *reply, const cha
         return sd_bus_message_close_container(reply);
 }
 
+/* "12, 15": the allocations request i superseded; NULL if none (or out of memory). */
+static char *superseded_list(const StoreSuperseded *old, size_t n, size_t request) {
+        _cleanup_strv_free_ char **l = NULL;
+
+        for (size_t i = 0; i < n; i++) {
+                char *t;
+
+                if (old[i].request != request)
+                        continue;
+                if (asprintf(&t, "%" PRIu64, old[i].id) < 0 || strv_consume(&l, t) < 0)
+                        return NULL;
+        }
+        return l ? strv_join(l, ", ") : NULL;
+}
+
 static int method_allocate(sd_bus_message *msg, void *userdata, sd_bus_error *error) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
         _cleanup_(requests_done) Requests q = {};
         _cleanup_free_ uint64_t *ids = NULL;
+        _cleanup_free_ StoreSuperseded *superseded = NULL;
+        size_t n_superseded = 0;
         Manager *m = userdata;
         ResourceError e = {};
         const char *resource;
@@ -488,7 +505,19 @@ static int method_allocate(sd_bus_message *msg, void *userdata, sd_bus_error *er
         ids = calloc(q.n, sizeof(uint64_t));
         if (!ids)
                 return -ENOMEM;
-        r = store_allocate(m->store, resource, (char ** const *) q.lists, q.n, now_usec(CLOCK_REALTIME), ids);
+        r = store_allocate(m->store, resource, (char ** const *) q.lists, q.n, now_usec(CLOCK_REALTIME), ids,
+                           &superseded, &n_superseded);
+        if (r == -EDQUOT) {
+                log_struct(LOG_WARNING, KGPU_MESSAGE_ALLOCATIONS_FULL,
+                           "Refusing Allocate of %s from %s: the broker records at most %zu allocations "
+                           "(broker.maxAllocations), %zu are recorded.", resource, strna_sender(msg),
+                           store_get_max_allocations(m->store), store_get_n_allocations(m->store));
+                return sd_bus_error_setf(error, KGPU_ERROR_TOO_MANY_ALLOCATIONS,
+                                         "The broker records at most %zu allocations (broker.maxAllocations) "
+                                         "and %zu are recorded; those no live container holds are released "
+                                         "by the next reconciliation with the kubelet's PodResources",
+                                         store_get_max_allocations(m->store), store_get_n_allocations(m->store));
+        }
         if (r < 0) {
                 log_struct(LOG_ERR, KGPU_MESSAGE_STATE_ERROR,
                            "Failed to record an allocation of %s in %s, refusing it: %s",
@@ -498,10 +527,12 @@ static int method_allocate(sd_bus_message *msg, void *userdata, sd_bus_error *er
         }
 
         for (size_t i = 0; i < q.n; i++) {
-                _cleanup_free_ char *list = strv_join(q.lists[i], ",");
+                _cleanup_free_ char *list = strv_join(q.lists[i], ","), *old = superseded_list(superseded,
+                                                                                               n_superseded, i);
 
-                log_struct(LOG_INFO, KGPU_MESSAGE_ALLOCATED, "Allocation %" PRIu64 ": %s %s.",
-                           ids[i], resource, list ?: "(out of memory)");
+                log_struct(LOG_INFO, KGPU_MESSAGE_ALLOCATED, "Allocation %" PRIu64 ": %s %s%s%s%s.",
+                           ids[i], resource, list ?: "(out of memory)", old ? " (supersedes " : "", old ?: "",
+                           old ? ", whose devices went to this container)" : "");
         }
         return sd_bus_send(NULL, reply, NULL);
 }

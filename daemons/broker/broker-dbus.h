@@ -6,7 +6,10 @@
  * culprit: UnknownResource, UnknownDevice, Unhealthy, InvalidArgs (bounds: resources.h),
  * AccessDenied (Allocate, PreStartContainer from a uid other than 0, Config.grpc_user's
  * or the broker's own), StateUnavailable (Allocate, ListAllocations without a usable
- * store, or a failed commit). Allocate replies only after the store committed.
+ * store, or a failed commit), Exhausted (Allocate over a sharing limit, sharing.h),
+ * TooManyAllocations (Allocate that would leave more than broker.maxAllocations
+ * recorded, after what it supersedes). Allocate replies only after the store committed
+ * the call's allocations and deleted those it supersedes (store.h).
  */
 #pragma once
 

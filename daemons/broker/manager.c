@@ -117,6 +117,7 @@ Manager *manager_free(Manager *m) {
         if (!m)
                 return NULL;
         probe_client_stop(m);
+        sd_event_source_disable_unref(m->checkpoint_source);
         sd_bus_flush_close_unref(m->bus);
         mps_client_free(m->mps);
         free(m->nvidia_problem);
@@ -166,6 +167,43 @@ static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void
         return sd_event_exit(m->event, 0);
 }
 
+static int on_checkpoint(sd_event_source *source, void *userdata) {
+        Manager *m = userdata;
+        int r;
+
+        if (!m->store)
+                return 0;
+        r = store_checkpoint(m->store);
+        if (r == -EBUSY)
+                log_debug("A reader of %s kept part of its WAL; checkpointing again later.",
+                          store_get_path(m->store));
+        else if (r < 0)
+                log_warning_errno(r, "Failed to checkpoint the WAL of %s, trying again after a later commit: %m",
+                                  store_get_path(m->store));
+        return 0;
+}
+
+/* The store asks from inside a commit: the checkpoint runs once the loop is idle, i.e.
+ * after the reply of the call that committed has been sent. If this cannot be arranged,
+ * the store checkpoints by itself once the WAL reaches STORE_WAL_FRAMES_MAX. */
+static void on_checkpoint_wanted(Store *s, void *userdata) {
+        Manager *m = userdata;
+        int r;
+
+        if (!m->checkpoint_source) {
+                r = sd_event_add_defer(m->event, &m->checkpoint_source, on_checkpoint, m);
+                if (r < 0) {
+                        log_debug_errno(r, "Failed to arrange a WAL checkpoint, the store makes it later: %m");
+                        return;
+                }
+                (void) sd_event_source_set_priority(m->checkpoint_source, SD_EVENT_PRIORITY_IDLE);
+                (void) sd_event_source_set_description(m->checkpoint_source, "wal-checkpoint");
+        }
+        r = sd_event_source_set_enabled(m->checkpoint_source, SD_EVENT_ONESHOT);
+        if (r < 0)
+                log_debug_errno(r, "Failed to arrange a WAL checkpoint, the store makes it later: %m");
+}
+
 static void manager_open_store(Manager *m) {
         _cleanup_free_ char *error = NULL;
         const char *dir = m->config->state_directory;
@@ -190,6 +228,8 @@ static void manager_open_store(Manager *m) {
                            "(the file is left untouched): %s", m->store_error ?: strerror(-r));
                 return;
         }
+        store_set_max_allocations(m->store, m->config->max_allocations);
+        store_set_checkpoint_func(m->store, on_checkpoint_wanted, m);
         if (!isempty(store_get_previous_boot_id(m->store)) && !isempty(m->boot_id) &&
             !streq(store_get_previous_boot_id(m->store), m->boot_id))
                 log_info("State database %s was last used in another boot (%s).", store_get_path(m->store),

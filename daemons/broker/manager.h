@@ -33,6 +33,7 @@ typedef struct Manager {
 
         Store *store;                   /* NULL: state unavailable, allocations refused */
         char *store_error;              /* why, for the error replies */
+        sd_event_source *checkpoint_source; /* the store's WAL checkpoint, after the reply */
 
         Resources *resources;
         uint64_t start_time;            /* CLOCK_REALTIME usec */

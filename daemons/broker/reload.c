@@ -156,6 +156,8 @@ int broker_reload(Manager *m, char **ret_error) {
         m->resources = TAKE_PTR(res);
         config_free(m->config);
         m->config = TAKE_PTR(c);
+        if (m->store)
+                store_set_max_allocations(m->store, m->config->max_allocations);
 
         list = strv_join(changed, " ");
         log_info("Reloaded the configuration from %s; %zu resource(s) changed%s%s; allocations kept.",

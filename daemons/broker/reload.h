@@ -6,7 +6,8 @@
  * and command-line overrides, kept in the Manager), builds the resources from it and the
  * GPUs the probe last reported, and only when all of that succeeded swaps them in, emits
  * ResourcesChanged for every resource whose device list changed (appeared, disappeared,
- * ids, health or NUMA) and logs what changed. The store and every allocation are kept.
+ * ids, health or NUMA) and logs what changed. The store and every allocation are kept;
+ * a new broker.maxAllocations applies to the next Allocate (a lower one drops nothing).
  * An invalid configuration is refused: the running one stays in force, nothing changes,
  * -EINVAL is returned with the file:line:key message in *ret_error. stateDirectory and
  * the users are read only at start: a change is logged as needing a restart.

@@ -35,6 +35,8 @@ typedef enum StoreStatement {
         STMT_LIST_ALL,
         STMT_DELETE_ALLOCATION,
         STMT_SET_HOLDER,
+        STMT_FIND_CLAIMERS,
+        STMT_COUNT,
         _STMT_MAX,
 } StoreStatement;
 
@@ -59,6 +61,13 @@ static const char * const statement_sql[_STMT_MAX] = {
         [STMT_SET_HOLDER] =
                 ("UPDATE allocations SET pod_namespace = ?2, pod_name = ?3, container_name = ?4, "
                  "seen_usec = ?5 WHERE id = ?1"),
+        /* The stored allocations of a resource holding a device id (superseded by an
+         * Allocate of it): through the index on device_id, one row normally. */
+        [STMT_FIND_CLAIMERS] =
+                "SELECT d.allocation_id FROM allocation_devices AS d "
+                "JOIN allocations AS a ON a.id = d.allocation_id "
+                "WHERE d.device_id = ?1 AND a.resource = ?2",
+        [STMT_COUNT] = "SELECT count(*) FROM allocations",
 };
 
 /* Schema v1. user_version is set in the same transaction, so a crash while creating
@@ -142,6 +151,11 @@ struct Store {
         sqlite3_stmt *stmt[_STMT_MAX];
         StoreBeforeCommitFunc before_commit;
         void *before_commit_userdata;
+        StoreCheckpointFunc checkpoint;
+        void *checkpoint_userdata;
+        size_t wal_frames;              /* after the last commit or checkpoint */
+        bool checkpoint_asked;          /* the taker was asked since the last checkpoint */
+        size_t max_allocations;         /* 0: no cap */
         /* The committed allocations by id; valid while rows_loaded. A copy that could not
          * follow a commit (out of memory) is dropped and read again when next needed. */
         StoreRow *rows;
@@ -545,9 +559,80 @@ static void rows_add(Store *s, uint64_t id, const char *resource, char * const *
         rows_drop(s);
 }
 
+/* Committed releases, taken out of the rows and the holder index. */
+static void rows_release(Store *s, const uint64_t *ids, size_t n) {
+        size_t kept = 0;
+
+        if (!s->rows_loaded || n == 0)
+                return;
+        for (size_t i = 0; i < n; i++) {
+                StoreRow *row = rows_find(s, ids[i]);
+
+                if (!row)
+                        continue;
+                if (s->holders && holders_remove(s->holders, row->id) < 0)
+                        s->holders = holders_free(s->holders);
+                /* Emptied but left in place (the id keeps the order for rows_find());
+                 * the compaction below drops rows without a resource. */
+                uint64_t id = row->id;
+                row_done(row);
+                row->id = id;
+        }
+        for (size_t i = 0; i < s->n_rows; i++)
+                if (s->rows[i].resource)
+                        s->rows[kept++] = s->rows[i];
+        s->n_rows = kept;
+}
+
+int store_checkpoint(Store *s) {
+        int frames = 0, copied = 0, rc;
+
+        if (!s)
+                return -EINVAL;
+        s->checkpoint_asked = false;
+        /* Passive: copies what no reader still needs, waits for nobody (the busy handler
+         * is not called). Synced: the database file is fsynced before the WAL is reused. */
+        rc = sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, &frames, &copied);
+        if (rc != SQLITE_OK)
+                return sqlite_to_errno(rc) ?: -EIO;
+        if (frames > 0 && copied < frames) {
+                log_debug("Checkpointed %d of %d WAL frames of %s: a reader holds the rest.", copied, frames,
+                          s->path);
+                return -EBUSY;
+        }
+        /* All copied: the next commit writes the WAL from its start. */
+        s->wal_frames = 0;
+        return 0;
+}
+
+/* SQLite calls this after every commit in WAL mode, in place of its autocheckpoint.
+ * frames: the WAL's length now, in pages. It never fails the commit (that has happened):
+ * a checkpoint that cannot be done now is tried again after the next commit. */
+static int store_wal_hook(void *userdata, sqlite3 *db, const char *name, int frames) {
+        Store *s = userdata;
+        int r;
+
+        s->wal_frames = frames > 0 ? (size_t) frames : 0;
+        if (s->wal_frames < STORE_WAL_CHECKPOINT_FRAMES)
+                return SQLITE_OK;
+        if (s->checkpoint && s->wal_frames < STORE_WAL_FRAMES_MAX) {
+                if (!s->checkpoint_asked) {
+                        s->checkpoint_asked = true;
+                        s->checkpoint(s, s->checkpoint_userdata);
+                }
+                return SQLITE_OK;
+        }
+        r = store_checkpoint(s);
+        if (r < 0 && r != -EBUSY)
+                log_debug("Checkpoint of %s after a commit failed, trying again after the next one: %s",
+                          s->path, strerror(-r));
+        return SQLITE_OK;
+}
+
 int store_open(const char *directory, const char *boot_id, Store **ret, char **ret_error) {
         _cleanup_(store_freep) Store *s = NULL;
         int64_t version = 0, n_objects = 0;
+        char pragmas[128];
         int rc, r;
 
         if (isempty(directory) || directory[0] != '/')
@@ -620,9 +705,14 @@ int store_open(const char *directory, const char *boot_id, Store **ret, char **r
         if (r < 0)
                 return store_error(ret_error, r, s->path, "cannot switch to WAL mode: %s",
                                    sqlite3_errmsg(s->db));
-        r = store_exec(s->db, "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;");
+        snprintf(pragmas, sizeof(pragmas), "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; "
+                 "PRAGMA journal_size_limit = %d;", STORE_WAL_SIZE_MAX);
+        r = store_exec(s->db, pragmas);
         if (r < 0)
                 return store_error(ret_error, r, s->path, "cannot set pragmas: %s", sqlite3_errmsg(s->db));
+        /* Replaces SQLite's autocheckpoint (every 1000 frames, in the committing call, never
+         * cutting the file back): see the WAL bound in store.h. */
+        (void) sqlite3_wal_hook(s->db, store_wal_hook, s);
 
         /* Each step is its own transaction that also sets user_version, so a crash in
          * between leaves a database of a complete older version. */
@@ -731,9 +821,95 @@ static int store_insert_allocation(Store *s, const char *resource, char * const 
         return 0;
 }
 
+static int str_ptr_cmp(const void *a, const void *b) {
+        return strcmp(*(const char * const *) a, *(const char * const *) b);
+}
+
+/* -EINVAL if an id is in more than one request (or twice in one). */
+static int requests_check_distinct(char ** const *requests, size_t n_requests) {
+        _cleanup_free_ const char **all = NULL;
+        size_t n = 0;
+
+        if (n_requests == 1 && strv_length(requests[0]) == 1)
+                return 0;       /* the kubelet's call: one container, often one id */
+        for (size_t i = 0; i < n_requests; i++)
+                n += strv_length(requests[i]);
+        all = calloc(n + 1, sizeof(char *));
+        if (!all)
+                return -ENOMEM;
+        n = 0;
+        for (size_t i = 0; i < n_requests; i++)
+                for (char * const *j = requests[i]; *j; j++)
+                        all[n++] = *j;
+        qsort(all, n, sizeof(char *), str_ptr_cmp);
+        for (size_t i = 1; i < n; i++)
+                if (streq(all[i - 1], all[i]))
+                        return -EINVAL;
+        return 0;
+}
+
+static int superseded_cmp(const void *a, const void *b) {
+        const StoreSuperseded *x = a, *y = b;
+
+        if (x->id != y->id)
+                return x->id < y->id ? -1 : 1;
+        return x->request < y->request ? -1 : x->request > y->request;
+}
+
+/* Appends the stored allocations of resource that hold device id, for request. */
+static int store_find_claimers(Store *s, const char *resource, const char *id, size_t request,
+                               StoreSuperseded **list, size_t *n, size_t *allocated) {
+        sqlite3_stmt *st = s->stmt[STMT_FIND_CLAIMERS];
+        int rc = SQLITE_DONE, r = 0;
+
+        if (sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC) != SQLITE_OK ||
+            sqlite3_bind_text(st, 2, resource, -1, SQLITE_STATIC) != SQLITE_OK)
+                r = -ENOMEM;
+        while (r >= 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+                sqlite3_int64 v = sqlite3_column_int64(st, 0);
+
+                if (v <= 0)
+                        continue;       /* never read at open either */
+                r = array_reserve((void **) list, allocated, *n + 1, sizeof(StoreSuperseded));
+                if (r >= 0)
+                        (*list)[(*n)++] = (StoreSuperseded) { .id = (uint64_t) v, .request = request };
+        }
+        if (r >= 0 && rc != SQLITE_DONE)
+                r = sqlite_to_errno(rc) ?: -EIO;
+        sqlite3_reset(st);
+        sqlite3_clear_bindings(st);
+        return r;
+}
+
+/* The allocations stored once the deletions of this transaction are committed. */
+static int store_count_kept(Store *s, const uint64_t *deleted, size_t n_deleted, size_t *ret) {
+        sqlite3_stmt *st = s->stmt[STMT_COUNT];
+        size_t n;
+        int rc;
+
+        if (s->rows_loaded) {
+                n = s->n_rows;
+                for (size_t i = 0; i < n_deleted; i++)
+                        if (rows_find(s, deleted[i]) && n > 0)
+                                n--;
+                *ret = n;
+                return 0;
+        }
+        /* Without the copy (it could not be read): ask SQL, inside the transaction. */
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW)
+                *ret = (size_t) MAX(sqlite3_column_int64(st, 0), 0);
+        sqlite3_reset(st);
+        return rc == SQLITE_ROW ? 0 : (sqlite_to_errno(rc) ?: -EIO);
+}
+
 int store_allocate(Store *s, const char *resource, char ** const *requests, size_t n_requests,
-                   uint64_t created_usec, uint64_t *ret_ids) {
-        _cleanup_free_ uint64_t *ids = NULL;
+                   uint64_t created_usec, uint64_t *ret_ids,
+                   StoreSuperseded **ret_superseded, size_t *ret_n_superseded) {
+        _cleanup_free_ uint64_t *ids = NULL, *old_ids = NULL;
+        _cleanup_free_ StoreSuperseded *old = NULL;
+        size_t n_old = 0, allocated_old = 0, n_kept = 0;
+        sqlite3_stmt *st;
         int r;
 
         if (!s || isempty(resource) || n_requests == 0)
@@ -741,14 +917,67 @@ int store_allocate(Store *s, const char *resource, char ** const *requests, size
         for (size_t i = 0; i < n_requests; i++)
                 if (strv_length(requests[i]) == 0)
                         return -EINVAL;
+        /* Two requests of one call with the same id would both hold it. */
+        r = requests_check_distinct(requests, n_requests);
+        if (r < 0)
+                return r;
 
         ids = calloc(n_requests, sizeof(uint64_t));
         if (!ids)
                 return -ENOMEM;
+        /* The copy answers the cap's count (SQL does without it). */
+        (void) rows_ensure(s);
 
         r = store_step_done(s, STMT_BEGIN);
         if (r < 0)
                 return r;
+
+        /* Superseded: every stored allocation of the resource holding one of the call's
+         * ids, each once, with the first request claiming it. Found before anything is
+         * inserted, so the call never supersedes itself. */
+        for (size_t i = 0; i < n_requests; i++)
+                for (char * const *j = requests[i]; *j; j++) {
+                        r = store_find_claimers(s, resource, *j, i, &old, &n_old, &allocated_old);
+                        if (r < 0)
+                                goto rollback;
+                }
+        if (n_old > 1) {
+                size_t k = 0;
+
+                qsort(old, n_old, sizeof(StoreSuperseded), superseded_cmp);
+                for (size_t i = 0; i < n_old; i++)
+                        if (k == 0 || old[i].id != old[k - 1].id)
+                                old[k++] = old[i];
+                n_old = k;
+        }
+        old_ids = calloc(n_old + 1, sizeof(uint64_t));
+        if (!old_ids) {
+                r = -ENOMEM;
+                goto rollback;
+        }
+        st = s->stmt[STMT_DELETE_ALLOCATION];
+        for (size_t i = 0; i < n_old; i++) {
+                old_ids[i] = old[i].id;
+                if (sqlite3_bind_int64(st, 1, (sqlite3_int64) MIN(old[i].id, (uint64_t) INT64_MAX)) != SQLITE_OK) {
+                        r = -ENOMEM;
+                        goto rollback;
+                }
+                r = store_step_done(s, STMT_DELETE_ALLOCATION);
+                if (r < 0)
+                        goto rollback;
+        }
+
+        if (s->max_allocations > 0) {
+                r = store_count_kept(s, old_ids, n_old, &n_kept);
+                if (r < 0)
+                        goto rollback;
+                if (n_kept > s->max_allocations || n_requests > s->max_allocations - n_kept) {
+                        log_debug("Refusing %zu allocation(s) of %s: %zu stored, at most %zu.", n_requests,
+                                  resource, n_kept, s->max_allocations);
+                        r = -EDQUOT;
+                        goto rollback;
+                }
+        }
 
         for (size_t i = 0; i < n_requests; i++) {
                 r = store_insert_allocation(s, resource, requests[i], created_usec, &ids[i]);
@@ -766,11 +995,16 @@ int store_allocate(Store *s, const char *resource, char ** const *requests, size
         if (r < 0)
                 goto rollback;
 
-        log_debug("Committed %zu allocation(s) of %s.", n_requests, resource);
+        log_debug("Committed %zu allocation(s) of %s, %zu superseded.", n_requests, resource, n_old);
+        rows_release(s, old_ids, n_old);
         for (size_t i = 0; i < n_requests; i++)
                 rows_add(s, ids[i], resource, requests[i], created_usec);
         if (ret_ids)
                 memcpy(ret_ids, ids, n_requests * sizeof(uint64_t));
+        if (ret_superseded)
+                *ret_superseded = TAKE_PTR(old);
+        if (ret_n_superseded)
+                *ret_n_superseded = n_old;
         return 0;
 
 rollback:
@@ -779,6 +1013,33 @@ rollback:
         if (!sqlite3_get_autocommit(s->db))
                 (void) store_step_done(s, STMT_ROLLBACK);
         return r;
+}
+
+void store_set_max_allocations(Store *s, size_t max) {
+        s->max_allocations = max;
+}
+
+size_t store_get_max_allocations(const Store *s) {
+        return s->max_allocations;
+}
+
+size_t store_get_n_allocations(Store *s) {
+        size_t n = 0;
+
+        if (rows_ensure(s) >= 0)
+                return s->n_rows;
+        (void) store_count_kept(s, NULL, 0, &n);
+        return n;
+}
+
+void store_set_checkpoint_func(Store *s, StoreCheckpointFunc cb, void *userdata) {
+        s->checkpoint = cb;
+        s->checkpoint_userdata = userdata;
+        s->checkpoint_asked = false;
+}
+
+size_t store_get_wal_frames(const Store *s) {
+        return s->wal_frames;
 }
 
 const Holders *store_get_holders(Store *s) {
@@ -836,31 +1097,6 @@ static void rows_set_holders(Store *s, const StoreHolder * const *set, size_t n)
                             free_and_strdup(&row->container_name, empty_to_null(set[i]->container_name)) < 0))
                         rows_drop(s);   /* read again when next needed */
         }
-}
-
-/* Committed releases, taken out of the rows and the holder index. */
-static void rows_release(Store *s, const uint64_t *ids, size_t n) {
-        size_t kept = 0;
-
-        if (!s->rows_loaded || n == 0)
-                return;
-        for (size_t i = 0; i < n; i++) {
-                StoreRow *row = rows_find(s, ids[i]);
-
-                if (!row)
-                        continue;
-                if (s->holders && holders_remove(s->holders, row->id) < 0)
-                        s->holders = holders_free(s->holders);
-                /* Emptied but left in place (the id keeps the order for rows_find());
-                 * the compaction below drops rows without a resource. */
-                uint64_t id = row->id;
-                row_done(row);
-                row->id = id;
-        }
-        for (size_t i = 0; i < s->n_rows; i++)
-                if (s->rows[i].resource)
-                        s->rows[kept++] = s->rows[i];
-        s->n_rows = kept;
 }
 
 int store_reconcile(Store *s, const uint64_t *release, size_t n_release,

@@ -15,6 +15,28 @@
  *  - store_allocate() records every container request of one Allocate call in ONE
  *    transaction (BEGIN IMMEDIATE ... COMMIT). It returns 0 only after COMMIT returned
  *    SQLITE_OK; on any failure the transaction is rolled back and nothing is visible.
+ *    In the same transaction it deletes the allocations the call SUPERSEDES: every
+ *    stored allocation of the same resource (whatever its boot) holding one of the
+ *    call's device ids. The kubelet hands a device id to a new container only once the
+ *    container that had it is gone (or it asks again for the same container), so the
+ *    newest allocation of an id is its only live holder; holders.h and reconcile.h
+ *    already count the older ones as dead, this makes the file agree. Hence no device
+ *    id is ever held by more than one stored allocation of a resource, and repeating
+ *    Allocate does not grow the state.
+ *  - With a cap set (store_set_max_allocations()), an Allocate that would leave more
+ *    allocations stored than the cap (after its supersedings) is refused with -EDQUOT
+ *    and changes nothing.
+ *  - The WAL file is bounded: kgpu.db-wal stays under STORE_WAL_SIZE_MAX bytes plus one
+ *    transaction. SQLite's own autocheckpoint is replaced: once a commit leaves
+ *    STORE_WAL_CHECKPOINT_FRAMES frames in the WAL, the store asks for a checkpoint
+ *    (store_set_checkpoint_func(): the broker runs store_checkpoint() from its event loop
+ *    after the reply is sent) or, without a taker or once STORE_WAL_FRAMES_MAX frames
+ *    are reached, checkpoints right after the commit. A checkpoint never waits for a
+ *    reader and never weakens durability: commits are synced to the WAL
+ *    (synchronous=FULL) before any checkpoint copies them; the WAL file is then reused
+ *    from its start, and cut back to STORE_WAL_SIZE_MAX (journal_size_limit) if one
+ *    large transaction made it longer. Only a reader holding a snapshot of its own
+ *    (another program with the file open) can delay the reuse.
  *  - store_reconcile() deletes released allocations and records the live holders of
  *    kept ones in ONE transaction, with the same all-or-nothing guarantee. What would
  *    not change anything (unknown ids, a holder already recorded) is not written; a call
@@ -38,6 +60,12 @@
 #define STORE_FILE_NAME "kgpu.db"
 #define STORE_BUSY_TIMEOUT_MS 200
 
+/* The WAL bound (see the contract). A frame is one page (4096 bytes) plus a 24-byte
+ * header; an Allocate of one device writes 5 frames. */
+#define STORE_WAL_CHECKPOINT_FRAMES 256
+#define STORE_WAL_FRAMES_MAX (2 * STORE_WAL_CHECKPOINT_FRAMES)
+#define STORE_WAL_SIZE_MAX (STORE_WAL_FRAMES_MAX * (4096 + 24) + 32)
+
 typedef struct Store Store;
 
 int store_open(const char *directory, const char *boot_id, Store **ret, char **ret_error);
@@ -48,13 +76,31 @@ const char *store_get_path(const Store *s);
 /* Boot id recorded by the previous run ("" if none, e.g. a new database). */
 const char *store_get_previous_boot_id(const Store *s);
 
+/* An allocation store_allocate() deleted, and the request whose ids claimed it. */
+typedef struct StoreSuperseded {
+        uint64_t id;
+        size_t request;
+} StoreSuperseded;
+
 /*
  * Records one allocation per container request (requests[i] is a strv of device ids)
- * for resource, created at created_usec (CLOCK_REALTIME). On success ret_ids (if not
- * NULL, n_requests entries) receives the allocation ids.
+ * for resource, created at created_usec (CLOCK_REALTIME), and deletes the allocations
+ * they supersede (see the contract). On success ret_ids (if not NULL, n_requests
+ * entries) receives the allocation ids, and *ret_superseded (if not NULL; free()) the
+ * superseded ones, oldest first, *ret_n_superseded of them. -EDQUOT: over the cap;
+ * -EINVAL: no request, an empty one, or an id in more than one place of the call.
  */
 int store_allocate(Store *s, const char *resource, char ** const *requests, size_t n_requests,
-                   uint64_t created_usec, uint64_t *ret_ids);
+                   uint64_t created_usec, uint64_t *ret_ids,
+                   StoreSuperseded **ret_superseded, size_t *ret_n_superseded);
+
+/* The most allocations the store keeps (0: no cap); checked by store_allocate() only, so
+ * lowering it below what is stored refuses new allocations until reconciliation has
+ * released enough, and drops nothing. */
+void store_set_max_allocations(Store *s, size_t max);
+size_t store_get_max_allocations(const Store *s);
+/* The allocations stored now (those store_foreach_allocation() visits). */
+size_t store_get_n_allocations(Store *s);
 
 /* Calls cb for each of the newest max allocations (0: all) in id order, oldest first.
  * Rows that failed validation at open are not there. cb must not change the store. A
@@ -69,6 +115,18 @@ int store_foreach_allocation(Store *s, size_t max, StoreAllocationFunc cb, void 
  * valid until its next change; NULL when it cannot be built (out of memory). */
 typedef struct Holders Holders;
 const Holders *store_get_holders(Store *s);
+
+/* Called (from inside a commit) when the WAL has grown to STORE_WAL_CHECKPOINT_FRAMES:
+ * the taker runs store_checkpoint() soon, outside of any store call. It must not call
+ * the store itself. Without a taker the store checkpoints right after the commit. */
+typedef void (*StoreCheckpointFunc)(Store *s, void *userdata);
+void store_set_checkpoint_func(Store *s, StoreCheckpointFunc cb, void *userdata);
+/* Copies the WAL into the database file (passive: waits for nobody), so the next commit
+ * writes the WAL from its start. 0: everything copied; -EBUSY: a reader kept some of it
+ * (tried again at the next threshold); other negative errno: SQLite failed. */
+int store_checkpoint(Store *s);
+/* Frames in the WAL after the last commit or checkpoint (tests, logs). */
+size_t store_get_wal_frames(const Store *s);
 
 /* Test hook: called inside the transaction of store_allocate() right before COMMIT;
  * a negative return aborts (rollback) with that error. */

@@ -539,12 +539,15 @@ static int on_forward_reply(sd_bus_message *reply, void *userdata, sd_bus_error 
                                      e->message ?: "no message", e->name);
                 if (r < 0)
                         text = NULL;
-                /* Over a sharing limit as far as the broker knows: it may count a
-                 * container that has ended. Ask the kubelet who holds what, let the
-                 * broker release the rest, and ask once more. A reconciliation only ever
-                 * releases, so an Allocate admitted without one would be admitted after
-                 * one too: only refusals wait for the kubelet. */
-                if (f->req && !f->retried && sd_bus_error_has_name(e, KGPU_ERROR_EXHAUSTED) &&
+                /* Over a sharing limit (or the broker's cap on recorded allocations) as
+                 * far as the broker knows: it may count a container that has ended. Ask
+                 * the kubelet who holds what, let the broker release the rest, and ask
+                 * once more. A reconciliation only ever releases, so an Allocate admitted
+                 * without one would be admitted after one too: only refusals wait for the
+                 * kubelet. */
+                if (f->req && !f->retried &&
+                    (sd_bus_error_has_name(e, KGPU_ERROR_EXHAUSTED) ||
+                     sd_bus_error_has_name(e, KGPU_ERROR_TOO_MANY_ALLOCATIONS)) &&
                     f->manager->pod_resources) {
                         Forward *again = calloc(1, sizeof(Forward));
 

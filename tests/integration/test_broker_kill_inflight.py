@@ -2,13 +2,15 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 # test_broker_kill_inflight.py — kill -9 of the broker while Allocates are in flight.
 #
-# Asserts, 5 rounds: a thread calls Allocate through grpcd back to back; the broker is
-# killed with SIGKILL at a random instant (20-120 ms into the loop); the restarted
-# broker lists every allocation that had been acknowledged to the kubelet and at most
-# one more (the call in flight may have committed without its reply arriving), i.e.
-# nothing acknowledged is lost and nothing is half-written (ListAllocations parses and
-# each record names the resource and device asked for); calls made while the broker
-# was down (started after the kill was seen) fail with UNAVAILABLE, never hang past 2 s.
+# Asserts, 5 rounds: a thread calls Allocate of one GPU through grpcd back to back; the
+# broker is killed with SIGKILL at a random instant (20-120 ms into the loop); the
+# restarted broker lists one allocation of the GPU (each Allocate of it supersedes the
+# previous one), made no earlier than the last acknowledged call was sent: the last
+# acknowledged allocation or the call in flight, which may have committed without its
+# reply arriving. So nothing acknowledged is lost and nothing is half-written
+# (ListAllocations parses and the record names the resource and device asked for);
+# calls made while the broker was down (started after the kill was seen) fail with
+# UNAVAILABLE, never hang past 2 s.
 
 import random
 import signal
@@ -26,6 +28,7 @@ ROUNDS = 5
 def run(node):
     rnd = random.Random(1234)
     acked_total = 0
+    last_acked_sent = [0]           # CLOCK_REALTIME usec when the last acknowledged call was sent
     for i in range(ROUNDS):
         node.kubelet.wait_connected([RES_I915], timeout=10)
         stop = threading.Event()
@@ -37,10 +40,12 @@ def run(node):
         def loop():
             while not stop.is_set():
                 t0 = time.monotonic()
+                sent = time.time_ns() // 1000
                 try:
                     # the current registration, as the kubelet would use
                     node.kubelet.plugin(RES_I915).allocate([GPU_I915], timeout=10)
                     acked.append(1)
+                    last_acked_sent[0] = sent
                 except (grpc.RpcError, ValueError) as e:
                     if killed[0] is not None and t0 > killed[0]:
                         code = e.code() if isinstance(e, grpc.RpcError) else e
@@ -70,11 +75,13 @@ def run(node):
         # grpcd may re-register its resources when the broker comes back; let it settle
         time.sleep(0.3)
         allocs = node.list_allocations()
-        check(acked_total <= len(allocs) <= acked_total + i + 1,
-              'round %d: %d acknowledged so far, broker lists %d' % (i, acked_total, len(allocs)))
+        check(len(allocs) == (1 if acked_total else len(allocs)) and len(allocs) <= 1,
+              'round %d: %d acknowledged so far, broker lists %r' % (i, acked_total, allocs))
         for a in allocs:
             check(a[1] == RES_I915 and list(a[2]) == [GPU_I915] and a[3] > 0,
                   'round %d: malformed record %r' % (i, a))
+            check(a[3] >= last_acked_sent[0], 'round %d: the last acknowledged allocation (sent at %d) is lost, '
+                  'the broker lists one made at %d' % (i, last_acked_sent[0], a[3]))
         print('round %d: %d acknowledged (total %d), %d listed after restart' % (
             i, len(acked), acked_total, len(allocs)))
 

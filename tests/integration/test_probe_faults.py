@@ -5,7 +5,8 @@
 # Asserts: after SIGKILL of the probe, the broker and grpcd keep serving the last
 # inventory (ListResources, ListAndWatch unchanged, Allocate works); a broker restarted
 # while the probe is still down serves the inventory saved in its state database (both
-# resources listed, Allocate works, grpcd keeps its registrations); a GPU removed while
+# resources listed, Allocate works and supersedes the allocation of the same GPU made
+# before the restart, grpcd keeps its registrations); a GPU removed while
 # the probe is down is gone once the probe is back (the broker resynchronizes: its
 # resource lists no device, ListAndWatch sends the empty list), the other stays.
 
@@ -42,9 +43,13 @@ def run(node):
                   what='saved inventory')
     node.wait_for(lambda: check('saved by the last run' in node.daemons['broker'].log_text(), 'not logged'), 3,
                   what='saved inventory log')
+    first = node.list_allocations()
     node.kubelet.plugin(RES_XE).allocate([GPU_XE])
     i915.allocate([GPU_I915])
-    check(len(node.list_allocations()) == 3, 'allocations %r' % node.list_allocations())
+    # The i915 GPU's allocation made before the restart is superseded by this one.
+    now = sorted(node.list_allocations(), key=lambda a: a[1])
+    check([(a[1], a[2]) for a in now] == [(RES_I915, [GPU_I915]), (RES_XE, [GPU_XE])] and
+          now[0][0] > max(a[0] for a in first), 'allocations %r, before the restart %r' % (now, first))
     time.sleep(0.5)
     check(i915.devices() == before, 'broker restarted: ListAndWatch changed to %r' % i915.devices())
     check(len(node.kubelet.registrations) == regs, 'grpcd re-registered after the broker restart')

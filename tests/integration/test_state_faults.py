@@ -7,18 +7,21 @@
 #   corrupt: kgpu.db replaced by garbage while the broker was down: the restarted broker
 #     keeps serving ListAndWatch, answers Allocate with UNAVAILABLE naming the state
 #     database, and leaves the file byte for byte as it was;
-#   full disk: the state directory is a 160 KiB tmpfs; Allocates until the disk is full:
-#     the failing ones get UNAVAILABLE "Failed to record the allocation", and after the
-#     tmpfs is grown and the broker restarted every acknowledged allocation is there;
+#   full disk: the state directory is a 160 KiB tmpfs; Allocates of one GPU until the
+#     disk is full (each supersedes the previous allocation of the GPU, the WAL fills the
+#     disk): the failing ones get UNAVAILABLE "Failed to record the allocation", and after
+#     the tmpfs is grown and the broker restarted the last acknowledged allocation is
+#     there (none of the failed ones);
 #   read-only: the broker started on the state tmpfs remounted read-only keeps serving
 #     ListAndWatch and refuses Allocate (UNAVAILABLE naming the state database);
 #     remounted read-write and the broker restarted, every acknowledged allocation is
-#     there and Allocate works again. (A remount under the running broker is refused by
+#     there and Allocate works again (replacing the GPU's allocation with a new one). (A remount under the running broker is refused by
 #     the kernel while the file is open for writing.)
 
 import os
 import pwd
 import subprocess
+import time
 
 import grpc
 
@@ -85,10 +88,6 @@ def corrupt(node):
     clear_state(node)
 
 
-def stored(node):
-    return len(node.list_allocations())
-
-
 def full_disk(node):
     r = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=160k,mode=0700', 'kgpu-state', node.state_dir],
                        stderr=subprocess.PIPE)
@@ -98,12 +97,15 @@ def full_disk(node):
     try:
         own_state(node)
         restart_broker(node)
-        acked, failures = 0, []
+        acked, failures, last_sent, failed_sent = 0, [], 0, None
         for i in range(20000):
+            sent = time.time_ns() // 1000
             err = allocate(node, RES_I915, GPU_I915)
             if err is None:
                 acked += 1
+                last_sent, failed_sent = sent, None
             else:
+                failed_sent = failed_sent or sent
                 failures.append(err)
                 if len(failures) >= 5:
                     break
@@ -116,13 +118,16 @@ def full_disk(node):
         node.daemons['broker'].stop()
         subprocess.run(['mount', '-o', 'remount,size=16m', node.state_dir], check=True)
         restart_broker(node)
-        n = stored(node)
-        check(acked <= n <= acked + len(failures), 'full disk: %d acknowledged, %d stored' % (acked, n))
+        allocs = node.list_allocations()
+        check(len(allocs) == 1 and allocs[0][3] >= last_sent and allocs[0][2] == [GPU_I915],
+              'full disk: %d acknowledged, the last sent at %d; stored %r' % (acked, last_sent, allocs))
+        check(allocs[0][3] < failed_sent, 'full disk: a failed Allocate (first sent at %d) was stored: %r'
+              % (failed_sent, allocs))
         check(allocate(node, RES_XE, GPU_XE) is None, 'full disk: Allocate after growing the disk')
 
         # read-only (the kernel refuses a remount while the broker has the file open for
         # writing, so it happens between two runs of the broker)
-        before = stored(node)
+        before = sorted(node.list_allocations())
         node.daemons['broker'].stop()
         subprocess.run(['mount', '-o', 'remount,ro', node.state_dir], check=True)
         restart_broker(node)
@@ -134,9 +139,13 @@ def full_disk(node):
         node.daemons['broker'].stop()
         subprocess.run(['mount', '-o', 'remount,rw', node.state_dir], check=True)
         restart_broker(node)
-        check(stored(node) == before, 'read-only: %d stored, %d before' % (stored(node), before))
+        check(sorted(node.list_allocations()) == before, 'read-only: stored %r, before %r'
+              % (node.list_allocations(), before))
         check(allocate(node, RES_XE, GPU_XE) is None, 'read-only: Allocate after remounting read-write')
-        check(stored(node) == before + 1, 'read-only: the new allocation was not recorded')
+        after = node.list_allocations()
+        xe = [a for a in after if a[1] == RES_XE]
+        check(len(after) == len(before) and len(xe) == 1 and xe[0][0] > max(a[0] for a in before),
+              'read-only: the new allocation was not recorded: %r, before %r' % (after, before))
     finally:
         node.daemons['broker'].stop()
         subprocess.run(['umount', node.state_dir], check=False)

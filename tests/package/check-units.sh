@@ -11,7 +11,9 @@
 # 2) The .deb (built or taken from the cache by build-packages.sh) is unpacked into a
 # scratch root and `systemd-analyze verify --root=... --man=no` runs on its units: exit
 # 0 and nothing at all on stderr. (Man page references are checked in the install test,
-# where man-db is present.) Exit 77 when systemd-analyze or dpkg-buildpackage is missing.
+# where man-db is present.) 3) Every service unit bounds its memory and tasks (a
+# MemoryMax= and a TasksMax= of its own, docs/PERFORMANCE.md). Exit 77 when
+# systemd-analyze or dpkg-buildpackage is missing.
 set -eu
 
 src=$(cd "$1" && pwd) build=$(cd "$2" && pwd)
@@ -39,6 +41,17 @@ for spec in kgpu-grpcd:1.5 kgpu-brokerd:1.5 kgpu-probed:4.0 kgpu-mps@GPU-0000000
                         echo "ok: $unit filters out @$set"
                 else
                         echo "FAIL: $unit allows @$set:"; printf '%s\n' "$out" | grep "SystemCallFilter=~@$set " || true
+                        fail=1
+                fi
+        done
+done
+
+for unit in kgpu-grpcd kgpu-brokerd kgpu-probed kgpu-mps@; do
+        for key in MemoryMax TasksMax; do
+                if grep -Eq "^$key=[0-9]+[KMGT]?\$" "$build/units/$unit.service"; then
+                        echo "ok: $unit.service $(grep "^$key=" "$build/units/$unit.service")"
+                else
+                        echo "FAIL: $unit.service has no $key= of its own"
                         fail=1
                 fi
         done

@@ -121,6 +121,7 @@ START_TEST(test_error_mapping) {
         ck_assert_int_eq(grpcd_status_from_bus_error(KGPU_ERROR_INVALID_ARGS), GRPC_STATUS_INVALID_ARGUMENT);
         ck_assert_int_eq(grpcd_status_from_bus_error(KGPU_ERROR_UNHEALTHY), GRPC_STATUS_FAILED_PRECONDITION);
         ck_assert_int_eq(grpcd_status_from_bus_error(KGPU_ERROR_EXHAUSTED), GRPC_STATUS_FAILED_PRECONDITION);
+        ck_assert_int_eq(grpcd_status_from_bus_error(KGPU_ERROR_TOO_MANY_ALLOCATIONS), GRPC_STATUS_RESOURCE_EXHAUSTED);
         ck_assert_int_eq(grpcd_status_from_bus_error(KGPU_ERROR_ACCESS_DENIED), GRPC_STATUS_PERMISSION_DENIED);
         ck_assert_int_eq(grpcd_status_from_bus_error(SD_BUS_ERROR_ACCESS_DENIED), GRPC_STATUS_PERMISSION_DENIED);
         ck_assert_int_eq(grpcd_status_from_bus_error(KGPU_ERROR_STATE), GRPC_STATUS_UNAVAILABLE);
