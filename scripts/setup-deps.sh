@@ -8,6 +8,7 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 # build-essential: dpkg-buildpackage checks for it (package tests, the README's .deb
 # line); python3-dbus: dbus-python (integ-hostile-dbus, integ-nvidia-mps-probe);
+# python3-gi: GLib's main loop for dbus-python services (integ-gate's fake broker);
 # libglib2.0-bin: gdbus (integ-broker-errors); xz-utils: the .rpm's source tarball.
 pkgs="
 build-essential meson ninja-build gcc clang pkg-config git xz-utils
@@ -15,7 +16,7 @@ libsystemd-dev libudev-dev libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler
 libyaml-dev libsqlite3-dev libcap-ng-dev check
 umockdev libumockdev-dev gir1.2-umockdev-1.0 libglib2.0-bin
 dbus util-linux sqlite3 libxml2-utils procps psmisc
-python3 python3-grpcio python3-grpc-tools python3-protobuf python3-hpack python3-dbus
+python3 python3-grpcio python3-grpc-tools python3-protobuf python3-hpack python3-dbus python3-gi
 libclang-rt-14-dev valgrind
 debootstrap systemd-container debhelper dpkg-dev lintian rpm rpmlint acl man-db piuparts
 "
