@@ -27,6 +27,7 @@
 #include "common/config.h"
 #include "common/util.h"
 #include "daemons/broker/manager.h"
+#include "tests/unit/test-main.h"
 
 #define TIMEOUT_USEC (5 * 1000000ULL)
 
@@ -576,17 +577,13 @@ static Suite *broker_dbus_suite(void) {
         return s;
 }
 
-int main(void) {
-        SRunner *sr;
-        int failed;
-
+static int broker_dbus_prepare(void) {
         if (access("/usr/bin/dbus-daemon", X_OK) < 0)
                 return 77;
         /* The broker logs to stderr in the children. */
         setenv("KGPU_LOG_TARGET", "stderr", 1);
-        sr = srunner_create(broker_dbus_suite());
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        return 0;
 }
+
+KGPU_TEST_PREPARE(broker_dbus_prepare)
+KGPU_TEST_SUITE(broker_dbus_suite)

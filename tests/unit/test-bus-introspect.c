@@ -7,6 +7,7 @@
 
 #include "common/bus-introspect.h"
 #include "common/cleanup.h"
+#include "tests/unit/test-main.h"
 
 static int method_ping(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         return sd_bus_reply_method_return(m, "s", "pong");
@@ -34,17 +35,13 @@ START_TEST(test_introspect) {
 }
 END_TEST
 
-int main(void) {
+static Suite *bus_introspect_suite(void) {
         Suite *s = suite_create("bus-introspect");
         TCase *tc = tcase_create("core");
-        SRunner *sr;
-        int failed;
 
         tcase_add_test(tc, test_introspect);
         suite_add_tcase(s, tc);
-        sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        return s;
 }
+
+KGPU_TEST_SUITE(bus_introspect_suite)

@@ -9,6 +9,7 @@
 
 #include "common/config.h"
 #include "common/util.h"
+#include "tests/unit/test-main.h"
 
 static void clear_env(void) {
         static const char * const vars[] = {
@@ -211,11 +212,9 @@ START_TEST(test_getopt_table) {
 }
 END_TEST
 
-int main(void) {
+static Suite *config_suite(void) {
         Suite *s = suite_create("config");
         TCase *tc = tcase_create("core");
-        SRunner *sr;
-        int failed;
 
         tcase_add_test(tc, test_defaults);
         tcase_add_test(tc, test_file_values);
@@ -227,9 +226,7 @@ int main(void) {
         tcase_add_test(tc, test_files);
         tcase_add_test(tc, test_getopt_table);
         suite_add_tcase(s, tc);
-        sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        return s;
 }
+
+KGPU_TEST_SUITE(config_suite)

@@ -28,6 +28,7 @@
 #include "common/grpc-h2.h"
 #include "common/grpc-h2-internal.h"
 #include "common/util.h"
+#include "tests/unit/test-main.h"
 
 #define PYTHON "/usr/bin/python3"
 #define TIMEOUT_USEC (10ULL * 1000000ULL)
@@ -1331,12 +1332,8 @@ static Suite *grpc_suite(bool grpcio) {
         return s;
 }
 
-int main(void) {
-        SRunner *sr = srunner_create(grpc_suite(have_grpcio()));
-        int failed;
-
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+static Suite *grpc_h2_suite(void) {
+        return grpc_suite(have_grpcio());
 }
+
+KGPU_TEST_SUITE(grpc_h2_suite)

@@ -43,6 +43,7 @@
 #include "daemons/probe/kubelet.h"
 #include "daemons/probe/kubelet-dbus.h"
 #include "deviceplugin.pb-c.h"
+#include "tests/unit/test-main.h"
 
 #define RES "gpu.intel.com/i915"
 #define GPU "0000:03:00.0"
@@ -557,10 +558,7 @@ static Suite *suite(void) {
         return s;
 }
 
-int main(void) {
-        SRunner *sr;
-        int failed;
-
+static int grpcd_broker_prepare(void) {
         if (access("/usr/bin/dbus-daemon", X_OK) < 0)
                 return 77;
         unsetenv("KGPU_DEVICE_PLUGIN_PATH");
@@ -568,10 +566,8 @@ int main(void) {
         unsetenv("KGPU_BROKER_TIMEOUT_MS");
         unsetenv("KGPU_CONFIG");
         unsetenv("CONFIG_FILE");
-
-        sr = srunner_create(suite());
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+        return 0;
 }
+
+KGPU_TEST_PREPARE(grpcd_broker_prepare)
+KGPU_TEST_SUITE(suite)

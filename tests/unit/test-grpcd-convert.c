@@ -22,6 +22,7 @@
 #include "daemons/grpc/convert.h"
 #include "daemons/grpc/registration.h"
 #include "deviceplugin.pb-c.h"
+#include "tests/unit/test-main.h"
 
 static sd_bus *bus;
 static int peer_fd = -EBADF;
@@ -603,12 +604,4 @@ static Suite *suite(void) {
         return s;
 }
 
-int main(void) {
-        SRunner *sr = srunner_create(suite());
-        int failed;
-
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+KGPU_TEST_SUITE(suite)

@@ -29,6 +29,7 @@
 #include "daemons/grpc/gate.h"
 #include "daemons/grpc/probe-gpus.h"
 #include "deviceplugin.pb-c.h"
+#include "tests/unit/test-main.h"
 
 #define PREFIX "cdi.k8s.io/"
 #define I915 "0000:03:00.0"
@@ -704,12 +705,4 @@ static Suite *suite(void) {
         return s;
 }
 
-int main(void) {
-        SRunner *sr = srunner_create(suite());
-        int failed;
-
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+KGPU_TEST_SUITE(suite)

@@ -34,6 +34,7 @@
 #include "daemons/grpc/plugin.h"
 #include "daemons/grpc/registration.h"
 #include "deviceplugin.pb-c.h"
+#include "tests/unit/test-main.h"
 
 #define RES "gpu.intel.com/i915"
 #define SOCK "kgpu-gpu.intel.com-i915.sock"
@@ -212,18 +213,14 @@ static Suite *suite(void) {
         return s;
 }
 
-int main(void) {
-        SRunner *sr = srunner_create(suite());
-        int failed;
-
+static int grpcd_plugin_prepare(void) {
         /* Keep the environment from redirecting paths under test. */
         unsetenv("KGPU_DEVICE_PLUGIN_PATH");
         unsetenv("KGPU_KUBELET_SOCKET");
         unsetenv("KGPU_CONFIG");
         unsetenv("CONFIG_FILE");
-
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+        return 0;
 }
+
+KGPU_TEST_PREPARE(grpcd_plugin_prepare)
+KGPU_TEST_SUITE(suite)

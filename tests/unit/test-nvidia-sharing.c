@@ -14,6 +14,7 @@
 #include "common/config.h"
 #include "common/nvidia-sharing.h"
 #include "common/util.h"
+#include "tests/unit/test-main.h"
 
 #define GPU0 "GPU-8e100991-ce97-6694-b8eb-b8b1ff5053af"
 #define GPU1 "GPU-00000000-0000-0000-0000-000000000001"
@@ -96,18 +97,14 @@ START_TEST(test_mps_scope) {
 }
 END_TEST
 
-int main(void) {
+static Suite *nvidia_sharing_suite(void) {
         Suite *s = suite_create("nvidia-sharing");
         TCase *tc = tcase_create("core");
-        SRunner *sr;
-        int failed;
 
         tcase_add_test(tc, test_device_refs);
         tcase_add_test(tc, test_mps_scope);
         suite_add_tcase(s, tc);
-        sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+        return s;
 }
+
+KGPU_TEST_SUITE(nvidia_sharing_suite)

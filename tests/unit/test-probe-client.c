@@ -11,6 +11,7 @@
 
 #include "common/util.h"
 #include "daemons/broker/probe-client.h"
+#include "tests/unit/test-main.h"
 
 static sd_bus *bus;
 
@@ -224,12 +225,4 @@ static Suite *probe_client_suite(void) {
         return s;
 }
 
-int main(void) {
-        SRunner *sr = srunner_create(probe_client_suite());
-        int failed;
-
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+KGPU_TEST_SUITE(probe_client_suite)

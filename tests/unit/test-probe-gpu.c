@@ -8,6 +8,7 @@
 
 #include "common/util.h"
 #include "daemons/probe/gpu.h"
+#include "tests/unit/test-main.h"
 
 START_TEST(test_parse_pci_id) {
         uint16_t v = 7;
@@ -211,12 +212,4 @@ static Suite *suite(void) {
         return s;
 }
 
-int main(void) {
-        SRunner *sr = srunner_create(suite());
-        int failed;
-
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+KGPU_TEST_SUITE(suite)

@@ -31,6 +31,7 @@
 #include "common/config.h"
 #include "common/util.h"
 #include "daemons/probe/kubelet.h"
+#include "tests/unit/test-main.h"
 
 static char root[] = "/tmp/kgpu-test-kubelet-XXXXXX";
 static char dp[256], ksock[512], prsock[512];
@@ -368,12 +369,4 @@ static Suite *suite(void) {
         return s;
 }
 
-int main(void) {
-        SRunner *sr = srunner_create(suite());
-        int failed;
-
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+KGPU_TEST_SUITE(suite)

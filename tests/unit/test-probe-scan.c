@@ -20,6 +20,7 @@
 
 /* After the project headers: glib redefines MIN/MAX with #undef first. */
 #include "tests/unit/probe-testbed.h"
+#include "tests/unit/test-main.h"
 
 START_TEST(test_enumerate_two_gpus) {
         _unused_ g_autoptr(UMockdevTestbed) tb = testbed_load("two-gpus");
@@ -233,19 +234,15 @@ static Suite *suite(void) {
         return s;
 }
 
-int main(void) {
+static int probe_scan_prepare(void) {
         const char *preload = getenv("LD_PRELOAD");
-        SRunner *sr;
-        int failed;
 
         if (!preload || !strstr(preload, "libumockdev-preload")) {
                 fprintf(stderr, "LD_PRELOAD=libumockdev-preload.so.0 is needed, skipping.\n");
                 return 77;
         }
-
-        sr = srunner_create(suite());
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+        return 0;
 }
+
+KGPU_TEST_PREPARE(probe_scan_prepare)
+KGPU_TEST_SUITE(suite)

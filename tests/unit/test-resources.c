@@ -10,6 +10,7 @@
 #include "common/bus-names.h"
 #include "common/util.h"
 #include "daemons/broker/resources.h"
+#include "tests/unit/test-main.h"
 
 static GpuInfo gpu(const char *id, const char *driver, bool healthy, int numa, const char *card, const char *render) {
         return (GpuInfo) {
@@ -423,12 +424,4 @@ static Suite *resources_suite(void) {
         return s;
 }
 
-int main(void) {
-        SRunner *sr = srunner_create(resources_suite());
-        int failed;
-
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+KGPU_TEST_SUITE(resources_suite)

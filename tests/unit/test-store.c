@@ -18,6 +18,7 @@
 #include "common/util.h"
 #include "daemons/broker/holders.h"
 #include "daemons/broker/store.h"
+#include "tests/unit/test-main.h"
 
 static char dir[] = "/tmp/kgpu-test-store-XXXXXX";
 static char db_path[256];
@@ -796,13 +797,10 @@ static Suite *store_suite(void) {
         return s;
 }
 
-int main(void) {
-        SRunner *sr = srunner_create(store_suite());
-        int failed;
-
+static int store_prepare(void) {
         srand((unsigned) time(NULL));
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        return 0;
 }
+
+KGPU_TEST_PREPARE(store_prepare)
+KGPU_TEST_SUITE(store_suite)

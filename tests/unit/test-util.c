@@ -12,6 +12,7 @@
 
 #include "common/util.h"
 #include "common/paths.h"
+#include "tests/unit/test-main.h"
 
 START_TEST(test_parse_numbers) {
         uint32_t u;
@@ -179,12 +180,4 @@ static Suite *util_suite(void) {
         return s;
 }
 
-int main(void) {
-        SRunner *sr = srunner_create(util_suite());
-        int failed;
-
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+KGPU_TEST_SUITE(util_suite)

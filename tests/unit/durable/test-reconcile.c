@@ -17,6 +17,7 @@
 #include "daemons/broker/holders.h"
 #include "daemons/broker/reconcile.h"
 #include "daemons/broker/store.h"
+#include "tests/unit/test-main.h"
 
 #define SEC UINT64_C(1000000)
 #define NOW (UINT64_C(1700000000) * SEC)
@@ -690,12 +691,4 @@ static Suite *reconcile_suite(void) {
         return s;
 }
 
-int main(void) {
-        SRunner *sr = srunner_create(reconcile_suite());
-        int failed;
-
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+KGPU_TEST_SUITE(reconcile_suite)

@@ -16,6 +16,7 @@
 
 #include "common/config.h"
 #include "common/util.h"
+#include "tests/unit/test-main.h"
 
 static void clear_env(void) {
         (void) clearenv();
@@ -129,11 +130,9 @@ START_TEST(test_not_a_file) {
 }
 END_TEST
 
-int main(void) {
+static Suite *config_hostile_suite(void) {
         Suite *s = suite_create("config-hostile");
         TCase *tc = tcase_create("core");
-        SRunner *sr;
-        int failed;
 
         tcase_add_test(tc, test_bytes);
         tcase_add_test(tc, test_sizes);
@@ -141,9 +140,7 @@ int main(void) {
         tcase_add_test(tc, test_structure);
         tcase_add_test(tc, test_not_a_file);
         suite_add_tcase(s, tc);
-        sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        return s;
 }
+
+KGPU_TEST_SUITE(config_hostile_suite)

@@ -12,6 +12,7 @@
 #include "common/config.h"
 #include "common/daemon.h"
 #include "common/util.h"
+#include "tests/unit/test-main.h"
 
 static const DaemonInfo info = { .name = "test", .description = "test" };
 
@@ -207,12 +208,4 @@ static Suite *intel_config_suite(void) {
         return s;
 }
 
-int main(void) {
-        SRunner *sr = srunner_create(intel_config_suite());
-        int failed;
-
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+KGPU_TEST_SUITE(intel_config_suite)

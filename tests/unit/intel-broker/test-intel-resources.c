@@ -11,6 +11,7 @@
 #include "common/bus-names.h"
 #include "common/util.h"
 #include "daemons/broker/resources.h"
+#include "tests/unit/test-main.h"
 
 static char *card0_nodes[] = { (char *) "/dev/dri/card0", (char *) "/dev/dri/renderD128", NULL };
 static char *card0_links[] = { (char *) "/dev/dri/by-path/pci-0000:03:00.0-card",
@@ -303,12 +304,4 @@ static Suite *intel_resources_suite(void) {
         return s;
 }
 
-int main(void) {
-        SRunner *sr = srunner_create(intel_resources_suite());
-        int failed;
-
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+KGPU_TEST_SUITE(intel_resources_suite)

@@ -9,6 +9,7 @@
 
 #include "common/util.h"
 #include "daemons/broker/policy.h"
+#include "tests/unit/test-main.h"
 
 START_TEST(test_policy_split) {
         size_t l = 0;
@@ -155,12 +156,4 @@ static Suite *policy_suite(void) {
         return s;
 }
 
-int main(void) {
-        SRunner *sr = srunner_create(policy_suite());
-        int failed;
-
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+KGPU_TEST_SUITE(policy_suite)

@@ -11,6 +11,7 @@
 #include "common/bus-names.h"
 #include "common/util.h"
 #include "daemons/broker/sharing.h"
+#include "tests/unit/test-main.h"
 
 #define A "0000:03:00.0"
 #define B "0000:04:00.0"
@@ -284,12 +285,4 @@ static Suite *sharing_suite(void) {
         return s;
 }
 
-int main(void) {
-        SRunner *sr = srunner_create(sharing_suite());
-        int failed;
-
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+KGPU_TEST_SUITE(sharing_suite)

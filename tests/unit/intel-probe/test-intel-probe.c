@@ -23,6 +23,7 @@
 #include "daemons/probe/udev-scan.h"
 
 #include "tests/unit/probe-testbed.h"
+#include "tests/unit/test-main.h"
 
 #define GIB (UINT64_C(1) << 30)
 
@@ -795,15 +796,11 @@ static Suite *suite(void) {
         return s;
 }
 
-int main(void) {
-        SRunner *sr;
-        int failed;
-
+static int intel_probe_prepare(void) {
         if (!getenv("LD_PRELOAD") || !strstr(getenv("LD_PRELOAD"), "umockdev"))
                 return 77;
-        sr = srunner_create(suite());
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+        return 0;
 }
+
+KGPU_TEST_PREPARE(intel_probe_prepare)
+KGPU_TEST_SUITE(suite)

@@ -12,6 +12,7 @@
 #include "common/util.h"
 #include "daemons/broker/nvidia.h"
 #include "daemons/broker/resources.h"
+#include "tests/unit/test-main.h"
 
 #define GIB (UINT64_C(1) << 30)
 #define MIB (UINT64_C(1) << 20)
@@ -206,12 +207,4 @@ static Suite *mps_plan_suite(void) {
         return s;
 }
 
-int main(void) {
-        SRunner *sr = srunner_create(mps_plan_suite());
-        int failed;
-
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+KGPU_TEST_SUITE(mps_plan_suite)

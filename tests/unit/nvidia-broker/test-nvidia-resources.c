@@ -26,6 +26,7 @@
 #include "daemons/broker/nvidia.h"
 #include "daemons/broker/policy.h"
 #include "daemons/broker/resources.h"
+#include "tests/unit/test-main.h"
 
 #define STRV(...) ((char *[]) { __VA_ARGS__, NULL })
 #define MIB (UINT64_C(1) << 20)
@@ -1411,12 +1412,4 @@ static Suite *suite(void) {
         return s;
 }
 
-int main(void) {
-        SRunner *sr = srunner_create(suite());
-        int failed;
-
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+KGPU_TEST_SUITE(suite)

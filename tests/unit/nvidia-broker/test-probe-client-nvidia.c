@@ -21,6 +21,7 @@
 
 #include "common/util.h"
 #include "daemons/broker/probe-client.h"
+#include "tests/unit/test-main.h"
 
 static sd_bus *bus;
 
@@ -360,12 +361,4 @@ static Suite *nvidia_suite(void) {
         return s;
 }
 
-int main(void) {
-        SRunner *sr = srunner_create(nvidia_suite());
-        int failed;
-
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+KGPU_TEST_SUITE(nvidia_suite)

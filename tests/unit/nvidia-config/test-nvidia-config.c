@@ -19,6 +19,7 @@
 #include "common/config.h"
 #include "common/daemon.h"
 #include "common/util.h"
+#include "tests/unit/test-main.h"
 
 static const DaemonInfo info = { .name = "test", .description = "test" };
 
@@ -1059,12 +1060,4 @@ static Suite *nvidia_config_suite(void) {
         return s;
 }
 
-int main(void) {
-        SRunner *sr = srunner_create(nvidia_config_suite());
-        int failed;
-
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+KGPU_TEST_SUITE(nvidia_config_suite)

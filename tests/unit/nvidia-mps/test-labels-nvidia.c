@@ -12,6 +12,7 @@
 
 #include "common/util.h"
 #include "daemons/probe/labels-nvidia.h"
+#include "tests/unit/test-main.h"
 
 #define MIB (UINT64_C(1) << 20)
 
@@ -368,11 +369,9 @@ START_TEST(test_edge_values) {
 }
 END_TEST
 
-int main(void) {
+static Suite *labels_nvidia_suite(void) {
         Suite *s = suite_create("labels-nvidia");
         TCase *tc = tcase_create("labels");
-        SRunner *sr;
-        int failed;
 
         tcase_add_test(tc, test_h100);
         tcase_add_test(tc, test_l40s_two);
@@ -382,9 +381,7 @@ int main(void) {
         tcase_add_test(tc, test_mps_capable_mig);
         tcase_add_test(tc, test_edge_values);
         suite_add_tcase(s, tc);
-        sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+        return s;
 }
+
+KGPU_TEST_SUITE(labels_nvidia_suite)

@@ -20,6 +20,7 @@
 #include "common/util.h"
 #include "daemons/probe/mps.h"
 #include "daemons/probe/mps-systemd.h"
+#include "tests/unit/test-main.h"
 
 #define UUID "GPU-00000000-0000-0000-0000-000000000000"
 #define GIB (UINT64_C(1) << 30)
@@ -950,11 +951,9 @@ START_TEST(test_systemd_unit_and_environment) {
 }
 END_TEST
 
-int main(void) {
+static Suite *mps_suite(void) {
         Suite *s = suite_create("mps");
         TCase *tc = tcase_create("mps");
-        SRunner *sr;
-        int failed;
 
         tcase_add_checked_fixture(tc, setup, teardown);
         tcase_set_timeout(tc, 120);
@@ -974,9 +973,7 @@ int main(void) {
         tcase_add_test(tc, test_restore_compute_mode);
         tcase_add_test(tc, test_pod_files_cannot_fail_stop);
         suite_add_tcase(s, tc);
-        sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+        return s;
 }
+
+KGPU_TEST_SUITE(mps_suite)

@@ -21,6 +21,7 @@
 #include "daemons/probe/cdi-nvidia.h"
 #include "daemons/probe/manager.h"
 #include "daemons/probe/nvidia.h"
+#include "tests/unit/test-main.h"
 
 static char workdir[] = "/tmp/test-nvidia-inventory.XXXXXX";
 static char smi[4096];
@@ -699,12 +700,4 @@ static Suite *suite(void) {
         return s;
 }
 
-int main(void) {
-        SRunner *sr = srunner_create(suite());
-        int failed;
-
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+KGPU_TEST_SUITE(suite)

@@ -15,6 +15,7 @@
 #include "common/util.h"
 #include "daemons/probe/nvidia.h"
 #include "daemons/probe/nvidia-smi.h"
+#include "tests/unit/test-main.h"
 
 /* A recording without its two header lines ("# source", "# command"). */
 static char *recording(const char *name, size_t *ret_len) {
@@ -198,12 +199,4 @@ static Suite *suite(void) {
         return s;
 }
 
-int main(void) {
-        SRunner *sr = srunner_create(suite());
-        int failed;
-
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+KGPU_TEST_SUITE(suite)

@@ -15,6 +15,7 @@
 
 #include "common/util.h"
 #include "daemons/probe/nvidia-smi.h"
+#include "tests/unit/test-main.h"
 
 static const char *strempty(const char *s) {
         return s ?: "";
@@ -1178,12 +1179,4 @@ static Suite *suite(void) {
         return s;
 }
 
-int main(void) {
-        SRunner *sr = srunner_create(suite());
-        int failed;
-
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+KGPU_TEST_SUITE(suite)
