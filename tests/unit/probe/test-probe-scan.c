@@ -19,7 +19,7 @@
 #include "daemons/probe/udev-scan.h"
 
 /* After the project headers: glib redefines MIN/MAX with #undef first. */
-#include "tests/unit/probe-testbed.h"
+#include "tests/unit/probe/probe-testbed.h"
 #include "tests/unit/test-main.h"
 
 START_TEST(test_enumerate_two_gpus) {

@@ -22,7 +22,7 @@
 #include "daemons/probe/outputs.h"
 #include "daemons/probe/udev-scan.h"
 
-#include "tests/unit/probe-testbed.h"
+#include "tests/unit/probe/probe-testbed.h"
 #include "tests/unit/test-main.h"
 
 #define GIB (UINT64_C(1) << 30)
