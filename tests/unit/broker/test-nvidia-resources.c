@@ -1220,16 +1220,160 @@ static void assert_same_resources(const Resources *a, const Resources *b) {
         }
 }
 
-START_TEST(test_random_layouts) {
+/* test_random_layouts, step by step: each iteration draws a configuration and a GPU
+ * layout, builds the resources, then checks their devices and preferred allocations,
+ * the MPS requests, and an update in place against a rebuild from scratch. */
+
+static const char * const mps_states[] = { "", "starting", "running", "failed" };
+
+/* A random NVIDIA configuration; ts, mps and dev_lists hold what it points to. */
+static void random_config(Config *c, ConfigSharedResource ts[2], ConfigSharedResource mps[2],
+                          char *dev_lists[4][4]) {
+        static const char * const names[] = { "nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb" };
+        static const char * const filters[] = { "0", "1", "0:1", H100_UUID, H100_MIG2, "bogus" };
+
+        c->nvidia_mig_strategy = (ConfigMigStrategy) rnd(3);
+        c->nvidia_device_id_strategy = (ConfigDeviceIdStrategy) rnd(2);
+        c->nvidia_device_list_strategy = 1 + rnd(15);
+        c->nvidia_pass_device_specs = rnd(2);
+        c->nvidia_replica_policy = (ConfigReplicaPolicy) rnd(2);
+        for (int i = 0; i < 4; i++) {
+                for (int j = 0; j < 3; j++)
+                        dev_lists[i][j] = (char *) pick(filters, ELEMENTSOF(filters));
+                dev_lists[i][1 + rnd(3)] = NULL;
+        }
+        for (int i = 0; i < 2; i++) {
+                ts[i] = (ConfigSharedResource) { .name = (char *) pick(names, ELEMENTSOF(names)),
+                                                 .rename = rnd(2) ? NULL : "nvidia.com/shared",
+                                                 .replicas = 1 + rnd(8),
+                                                 .devices = rnd(2) ? NULL : dev_lists[i] };
+                mps[i] = (ConfigSharedResource) { .name = (char *) pick(names, ELEMENTSOF(names)),
+                                                  .rename = rnd(2) ? NULL : (i ? "nvidia.com/mps-b" : "nvidia.com/mps-a"),
+                                                  .replicas = 1 + rnd(4),
+                                                  .memory_bytes = rnd(2) ? 0 : (1 + rnd(30)) * GIB,
+                                                  .devices = rnd(2) ? NULL : dev_lists[2 + i] };
+        }
+        c->nvidia_time_slicing = (ConfigSharing) { .rename_by_default = rnd(2), .resources = ts,
+                                                   .n_resources = rnd(3),
+                                                   .fail_requests_greater_than_one = rnd(2) };
+        c->nvidia_mps = (ConfigSharing) { .rename_by_default = rnd(2), .resources = mps, .n_resources = rnd(3),
+                                          .fail_requests_greater_than_one = rnd(2) };
+}
+
+/* n_gpus random GPUs in g; m and links hold their MIG devices and links. */
+static void random_gpus(GpuInfo g[6], MigDeviceInfo m[6][9], GpuLinkInfo links[6][6], size_t n_gpus) {
         static const char * const uuids[] = { H100_UUID, H100B_UUID, L40S_UUID, "GPU-x", "", "GPU-with space" };
         static const char * const mig_uuids[] = { H100_MIG0, H100_MIG1, H100_MIG2, "MIG-y", "", H100_UUID };
         static const char * const profiles[] = { "1g.10gb", "2g.20gb", "3g.40gb", "bad profile", "" };
         static const char * const migs[] = { "", "Disabled", "Enabled" };
         static const char * const types[] = { "NV", "PIX", "PXB", "PHB", "NODE", "SYS", "" };
-        static const char * const mps_states[] = { "", "starting", "running", "failed" };
-        static const char * const names[] = { "nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb" };
-        static const char * const filters[] = { "0", "1", "0:1", H100_UUID, H100_MIG2, "bogus" };
 
+        for (size_t i = 0; i < n_gpus; i++) {
+                g[i] = nv_gpu(pick(uuids, ELEMENTSOF(uuids)), (int32_t) rnd(4) - 1, "NVIDIA H100 80GB HBM3",
+                              rnd(4) ? 20000 + rnd(70000) : 0, (int32_t) rnd(3) - 1, pick(migs, ELEMENTSOF(migs)));
+                g[i].id = g[i].uuid[0] ? g[i].uuid : "GPU-empty-uuid";
+                g[i].healthy = rnd(4) != 0;
+                g[i].mps_state = (char *) pick(mps_states, ELEMENTSOF(mps_states));
+                g[i].mps_pipe_directory = "/run/kgpu/mps/x/pipe";
+                g[i].n_mig_devices = rnd(10);
+                for (size_t j = 0; j < g[i].n_mig_devices; j++)
+                        m[i][j] = (MigDeviceInfo) { .index = rnd(9), .uuid = (char *) pick(mig_uuids, ELEMENTSOF(mig_uuids)),
+                                                    .profile = (char *) pick(profiles, ELEMENTSOF(profiles)),
+                                                    .device_nodes = rnd(2) ? NULL : gpu_nodes1 };
+                g[i].mig_devices = m[i];
+                g[i].n_links = rnd(6);
+                for (size_t j = 0; j < g[i].n_links; j++)
+                        links[i][j] = (GpuLinkInfo) { .peer = (char *) pick(uuids, ELEMENTSOF(uuids)),
+                                                      .type = (char *) pick(types, ELEMENTSOF(types)),
+                                                      .nvlinks = (uint8_t) rnd(20) };
+                g[i].links = links[i];
+        }
+}
+
+/* Every advertised resource: sorted, findable, bounded ids; healthy devices allocate;
+ * a preferred allocation stays within what was available, without repeats. */
+static void check_devices_and_preferred(Resources *r, size_t *seen_devices, size_t *seen_replicas,
+                                        size_t *seen_mig, size_t *seen_preferred) {
+        for (char **res = r->seen; res && *res; res++) {
+                _cleanup_free_ Device *d = NULL;
+                _cleanup_strv_free_ char **all = NULL, **pref = NULL;
+                ResourceError e = {};
+                size_t n;
+
+                ck_assert(resources_is_nvidia(r, *res));
+                ck_assert_int_eq(resources_get_devices(r, *res, &d, &n), 0);
+                for (size_t i = 0; i < n; i++) {
+                        _cleanup_(answer_done) Answer a = {};
+
+                        ck_assert(i == 0 || policy_id_cmp(d[i - 1].id, d[i].id) < 0);
+                        ck_assert_ptr_eq(resources_find_device(d, n, d[i].id), &d[i]);
+                        ck_assert_uint_le(strlen(d[i].id), RESOURCES_ID_MAX);
+                        ck_assert_int_eq(strv_extend(&all, d[i].id), 0);
+                        (*seen_devices)++;
+                        *seen_replicas += strstr(d[i].id, "::") != NULL;
+                        *seen_mig += startswith(d[i].id, "MIG-") != NULL;
+                        if (d[i].healthy)
+                                ck_assert_int_eq(allocate(r, *res, (char *[]) { (char *) d[i].id, NULL }, &a, &e), 0);
+                }
+                if (n == 0)
+                        continue;
+                int32_t size = 1 + (int32_t) rnd((uint32_t) n);
+                char *must[] = { all[rnd((uint32_t) n)], NULL };
+                ck_assert_int_eq(resources_nvidia_preferred_allocation(r, *res, all, rnd(2) ? must : NULL,
+                                                                       rnd(2) ? all : NULL, size, &pref, &e), 0);
+                ck_assert_uint_le(strv_length(pref), (size_t) size);
+                *seen_preferred += strv_length(pref);
+                for (size_t i = 0; pref[i]; i++) {
+                        ck_assert(strv_contains(all, pref[i]));
+                        for (size_t j = i + 1; pref[j]; j++)
+                                ck_assert_str_ne(pref[i], pref[j]);
+                }
+        }
+}
+
+/* The MPS requests: enabled ones carry limits, one per GPU. */
+static void check_mps_requests(Resources *r) {
+        NvidiaMpsRequest *q = NULL;
+        size_t n;
+
+        ck_assert_int_eq(resources_nvidia_mps_requests(r, &q, &n), 0);
+        for (size_t i = 0; i < n; i++) {
+                ck_assert(!q[i].enabled || (q[i].pinned_memory_bytes > 0 &&
+                                            q[i].active_thread_percentage >= 1 &&
+                                            q[i].active_thread_percentage <= 100));
+                for (size_t j = i + 1; j < n; j++)
+                        ck_assert_str_ne(q[i].gpu_id, q[j].gpu_id);
+        }
+        nvidia_mps_requests_free(q, n);
+}
+
+/* Health, NUMA or MPS state changes (updated in place) give what a
+ * rebuild from scratch gives. */
+static void check_update_matches_rebuild(Resources *r, const Config *c, GpuInfo *g, size_t n_gpus, bool remove) {
+        _cleanup_(resources_freep) Resources *fresh = NULL;
+        size_t i = remove ? 1 + rnd((uint32_t) n_gpus) : rnd((uint32_t) n_gpus);
+        char path[32];
+
+        if (i < n_gpus) {
+                g[i].healthy = !g[i].healthy;
+                g[i].numa_node = (int32_t) rnd(3) - 1;
+                g[i].mps_state = (char *) pick(mps_states, ELEMENTSOF(mps_states));
+                snprintf(path, sizeof(path), "/gpu/%zu", i);
+                (void) resources_update_gpu(r, path, &g[i], NULL);
+        }
+        fresh = random_build(c, g, n_gpus, remove);
+        /* The same update again: a GPU refused for a repeated id before the
+         * removal is accepted now, in both. */
+        if (i < n_gpus)
+                (void) resources_update_gpu(fresh, path, &g[i], NULL);
+        /* Names advertised before the change stay known in r only. */
+        for (char **res = fresh->seen; res && *res; res++)
+                ck_assert(strv_contains(r->seen, *res));
+        if (strv_equal(r->seen, fresh->seen))
+                assert_same_resources(r, fresh);
+}
+
+START_TEST(test_random_layouts) {
         size_t seen_devices = 0, seen_replicas = 0, seen_mig = 0, seen_preferred = 0;
 
         for (int iter = 0; iter < 300; iter++) {
@@ -1242,132 +1386,16 @@ START_TEST(test_random_layouts) {
                 Config c = defaults();
                 size_t n_gpus = 1 + rnd(6);
 
-                c.nvidia_mig_strategy = (ConfigMigStrategy) rnd(3);
-                c.nvidia_device_id_strategy = (ConfigDeviceIdStrategy) rnd(2);
-                c.nvidia_device_list_strategy = 1 + rnd(15);
-                c.nvidia_pass_device_specs = rnd(2);
-                c.nvidia_replica_policy = (ConfigReplicaPolicy) rnd(2);
-                for (int i = 0; i < 4; i++) {
-                        for (int j = 0; j < 3; j++)
-                                dev_lists[i][j] = (char *) pick(filters, ELEMENTSOF(filters));
-                        dev_lists[i][1 + rnd(3)] = NULL;
-                }
-                for (int i = 0; i < 2; i++) {
-                        ts[i] = (ConfigSharedResource) { .name = (char *) pick(names, ELEMENTSOF(names)),
-                                                         .rename = rnd(2) ? NULL : "nvidia.com/shared",
-                                                         .replicas = 1 + rnd(8),
-                                                         .devices = rnd(2) ? NULL : dev_lists[i] };
-                        mps[i] = (ConfigSharedResource) { .name = (char *) pick(names, ELEMENTSOF(names)),
-                                                          .rename = rnd(2) ? NULL : (i ? "nvidia.com/mps-b" : "nvidia.com/mps-a"),
-                                                          .replicas = 1 + rnd(4),
-                                                          .memory_bytes = rnd(2) ? 0 : (1 + rnd(30)) * GIB,
-                                                          .devices = rnd(2) ? NULL : dev_lists[2 + i] };
-                }
-                c.nvidia_time_slicing = (ConfigSharing) { .rename_by_default = rnd(2), .resources = ts,
-                                                          .n_resources = rnd(3),
-                                                          .fail_requests_greater_than_one = rnd(2) };
-                c.nvidia_mps = (ConfigSharing) { .rename_by_default = rnd(2), .resources = mps, .n_resources = rnd(3),
-                                                 .fail_requests_greater_than_one = rnd(2) };
-
-                for (size_t i = 0; i < n_gpus; i++) {
-                        g[i] = nv_gpu(pick(uuids, ELEMENTSOF(uuids)), (int32_t) rnd(4) - 1, "NVIDIA H100 80GB HBM3",
-                                      rnd(4) ? 20000 + rnd(70000) : 0, (int32_t) rnd(3) - 1, pick(migs, ELEMENTSOF(migs)));
-                        g[i].id = g[i].uuid[0] ? g[i].uuid : "GPU-empty-uuid";
-                        g[i].healthy = rnd(4) != 0;
-                        g[i].mps_state = (char *) pick(mps_states, ELEMENTSOF(mps_states));
-                        g[i].mps_pipe_directory = "/run/kgpu/mps/x/pipe";
-                        g[i].n_mig_devices = rnd(10);
-                        for (size_t j = 0; j < g[i].n_mig_devices; j++)
-                                m[i][j] = (MigDeviceInfo) { .index = rnd(9), .uuid = (char *) pick(mig_uuids, ELEMENTSOF(mig_uuids)),
-                                                            .profile = (char *) pick(profiles, ELEMENTSOF(profiles)),
-                                                            .device_nodes = rnd(2) ? NULL : gpu_nodes1 };
-                        g[i].mig_devices = m[i];
-                        g[i].n_links = rnd(6);
-                        for (size_t j = 0; j < g[i].n_links; j++)
-                                links[i][j] = (GpuLinkInfo) { .peer = (char *) pick(uuids, ELEMENTSOF(uuids)),
-                                                              .type = (char *) pick(types, ELEMENTSOF(types)),
-                                                              .nvlinks = (uint8_t) rnd(20) };
-                        g[i].links = links[i];
-                }
+                random_config(&c, ts, mps, dev_lists);
+                random_gpus(g, m, links, n_gpus);
 
                 bool remove = rnd(3) == 0;
 
                 r = random_build(&c, g, n_gpus, remove);
 
-                for (char **res = r->seen; res && *res; res++) {
-                        _cleanup_free_ Device *d = NULL;
-                        _cleanup_strv_free_ char **all = NULL, **pref = NULL;
-                        ResourceError e = {};
-                        size_t n;
-
-                        ck_assert(resources_is_nvidia(r, *res));
-                        ck_assert_int_eq(resources_get_devices(r, *res, &d, &n), 0);
-                        for (size_t i = 0; i < n; i++) {
-                                _cleanup_(answer_done) Answer a = {};
-
-                                ck_assert(i == 0 || policy_id_cmp(d[i - 1].id, d[i].id) < 0);
-                                ck_assert_ptr_eq(resources_find_device(d, n, d[i].id), &d[i]);
-                                ck_assert_uint_le(strlen(d[i].id), RESOURCES_ID_MAX);
-                                ck_assert_int_eq(strv_extend(&all, d[i].id), 0);
-                                seen_devices++;
-                                seen_replicas += strstr(d[i].id, "::") != NULL;
-                                seen_mig += startswith(d[i].id, "MIG-") != NULL;
-                                if (d[i].healthy)
-                                        ck_assert_int_eq(allocate(r, *res, (char *[]) { (char *) d[i].id, NULL }, &a, &e), 0);
-                        }
-                        if (n == 0)
-                                continue;
-                        int32_t size = 1 + (int32_t) rnd((uint32_t) n);
-                        char *must[] = { all[rnd((uint32_t) n)], NULL };
-                        ck_assert_int_eq(resources_nvidia_preferred_allocation(r, *res, all, rnd(2) ? must : NULL,
-                                                                               rnd(2) ? all : NULL, size, &pref, &e), 0);
-                        ck_assert_uint_le(strv_length(pref), (size_t) size);
-                        seen_preferred += strv_length(pref);
-                        for (size_t i = 0; pref[i]; i++) {
-                                ck_assert(strv_contains(all, pref[i]));
-                                for (size_t j = i + 1; pref[j]; j++)
-                                        ck_assert_str_ne(pref[i], pref[j]);
-                        }
-                }
-                {
-                        NvidiaMpsRequest *q = NULL;
-                        size_t n;
-
-                        ck_assert_int_eq(resources_nvidia_mps_requests(r, &q, &n), 0);
-                        for (size_t i = 0; i < n; i++) {
-                                ck_assert(!q[i].enabled || (q[i].pinned_memory_bytes > 0 &&
-                                                            q[i].active_thread_percentage >= 1 &&
-                                                            q[i].active_thread_percentage <= 100));
-                                for (size_t j = i + 1; j < n; j++)
-                                        ck_assert_str_ne(q[i].gpu_id, q[j].gpu_id);
-                        }
-                        nvidia_mps_requests_free(q, n);
-                }
-                /* Health, NUMA or MPS state changes (updated in place) give what a
-                 * rebuild from scratch gives. */
-                {
-                        _cleanup_(resources_freep) Resources *fresh = NULL;
-                        size_t i = remove ? 1 + rnd((uint32_t) n_gpus) : rnd((uint32_t) n_gpus);
-                        char path[32];
-
-                        if (i < n_gpus) {
-                                g[i].healthy = !g[i].healthy;
-                                g[i].numa_node = (int32_t) rnd(3) - 1;
-                                g[i].mps_state = (char *) pick(mps_states, ELEMENTSOF(mps_states));
-                                snprintf(path, sizeof(path), "/gpu/%zu", i);
-                                (void) resources_update_gpu(r, path, &g[i], NULL);
-                        }
-                        fresh = random_build(&c, g, n_gpus, remove);
-                        /* The same update again: a GPU refused for a repeated id before the
-                         * removal is accepted now, in both. */
-                        if (i < n_gpus)
-                                (void) resources_update_gpu(fresh, path, &g[i], NULL);
-                        /* Names advertised before the change stay known in r only. */
-                        for (char **res = fresh->seen; res && *res; res++)
-                                ck_assert(strv_contains(r->seen, *res));
-                        if (strv_equal(r->seen, fresh->seen))
-                                assert_same_resources(r, fresh);
-                }
+                check_devices_and_preferred(r, &seen_devices, &seen_replicas, &seen_mig, &seen_preferred);
+                check_mps_requests(r);
+                check_update_matches_rebuild(r, &c, g, n_gpus, remove);
         }
         /* The layouts reached every kind of device. */
         ck_assert_uint_gt(seen_devices, 500);

@@ -248,36 +248,23 @@ START_TEST(test_shared_resource_name) {
 }
 END_TEST
 
-START_TEST(test_env_beats_file_flag_beats_env) {
-        static const char *file =
-                "version: v1\n"
-                "flags:\n"
-                "  migStrategy: single\n"
-                "  failOnInitError: true\n"
-                "  nvidiaDriverRoot: /file\n"
-                "  plugin:\n"
-                "    passDeviceSpecs: false\n"
-                "    deviceListStrategy: envvar\n"
-                "    deviceIDStrategy: uuid\n"
-                "    cdiAnnotationPrefix: file.example.com/\n";
-        const char *path;
+/* test_env_beats_file_flag_beats_env, step by step: each step adds a layer over the one
+ * before (the environment stays set from step to step). */
 
-        clear_env();
-        path = write_temp(file);
+/* File alone, named by --config-file (the NVIDIA plugin's flag). */
+static void step_file_alone(const char *path) {
+        const char *args[] = { "--config-file", path, NULL };
+        _cleanup_(config_freep) Config *c = from_argv(args);
 
-        /* File alone, named by --config-file (the NVIDIA plugin's flag). */
-        {
-                const char *args[] = { "--config-file", path, NULL };
-                _cleanup_(config_freep) Config *c = from_argv(args);
+        ck_assert_ptr_nonnull(c);
+        ck_assert_str_eq(c->file, path);
+        ck_assert_int_eq(c->nvidia_mig_strategy, MIG_STRATEGY_SINGLE);
+        ck_assert_str_eq(c->nvidia_driver_root, "/file");
+        ck_assert_str_eq(c->nvidia_cdi_annotation_prefix, "file.example.com/");
+}
 
-                ck_assert_ptr_nonnull(c);
-                ck_assert_str_eq(c->file, path);
-                ck_assert_int_eq(c->nvidia_mig_strategy, MIG_STRATEGY_SINGLE);
-                ck_assert_str_eq(c->nvidia_driver_root, "/file");
-                ck_assert_str_eq(c->nvidia_cdi_annotation_prefix, "file.example.com/");
-        }
-
-        /* The environment over the file; the file named by CONFIG_FILE. */
+/* The environment over the file; the file named by CONFIG_FILE. */
+static void step_env_over_file(const char *path) {
         setenv("CONFIG_FILE", path, 1);
         setenv("MIG_STRATEGY", "mixed", 1);
         setenv("FAIL_ON_INIT_ERROR", "false", 1);
@@ -301,55 +288,79 @@ START_TEST(test_env_beats_file_flag_beats_env) {
                 ck_assert_int_eq(c->nvidia_device_id_strategy, DEVICE_ID_STRATEGY_INDEX);
                 ck_assert_str_eq(c->nvidia_cdi_annotation_prefix, "env.example.com/");
         }
+}
 
-        /* Flags over the environment. */
+/* Flags over the environment. */
+static void step_flags_over_env(void) {
+        const char *args[] = { "--mig-strategy=none", "--fail-on-init-error=true",
+                               "--nvidia-driver-root", "/flag", "--pass-device-specs=false",
+                               "--device-list-strategy=cdi-cri", "--device-id-strategy", "uuid",
+                               "--cdi-annotation-prefix=flag.example.com/", NULL };
+        _cleanup_(config_freep) Config *c = from_argv(args);
+
+        ck_assert_ptr_nonnull(c);
+        ck_assert_int_eq(c->nvidia_mig_strategy, MIG_STRATEGY_NONE);
+        ck_assert(c->nvidia_fail_on_init_error);
+        ck_assert_str_eq(c->nvidia_driver_root, "/flag");
+        ck_assert(!c->nvidia_pass_device_specs);
+        ck_assert_uint_eq(c->nvidia_device_list_strategy, DEVICE_LIST_STRATEGY_CDI_CRI);
+        ck_assert_int_eq(c->nvidia_device_id_strategy, DEVICE_ID_STRATEGY_UUID);
+        ck_assert_str_eq(c->nvidia_cdi_annotation_prefix, "flag.example.com/");
+}
+
+/* Go-style single-dash flags and a bare boolean flag, as the NVIDIA plugin is started. */
+static void step_go_style_flags(void) {
+        const char *args[] = { "-mig-strategy", "single", "-pass-device-specs", NULL };
+        _cleanup_(config_freep) Config *c = from_argv(args);
+
+        ck_assert_ptr_nonnull(c);
+        ck_assert_int_eq(c->nvidia_mig_strategy, MIG_STRATEGY_SINGLE);
+        ck_assert(c->nvidia_pass_device_specs);
+}
+
+/* --config-file beats CONFIG_FILE. */
+static void step_config_file_flag_beats_env(const char *path) {
+        const char *other = NULL;
+        _cleanup_free_ char *keep = strdup(path);
+
+        ck_assert_ptr_nonnull(keep);
+        other = write_temp("flags: {migStrategy: single}\n");
+        unsetenv("MIG_STRATEGY");
         {
-                const char *args[] = { "--mig-strategy=none", "--fail-on-init-error=true",
-                                       "--nvidia-driver-root", "/flag", "--pass-device-specs=false",
-                                       "--device-list-strategy=cdi-cri", "--device-id-strategy", "uuid",
-                                       "--cdi-annotation-prefix=flag.example.com/", NULL };
+                const char *args[] = { "--config-file", other, NULL };
                 _cleanup_(config_freep) Config *c = from_argv(args);
 
                 ck_assert_ptr_nonnull(c);
-                ck_assert_int_eq(c->nvidia_mig_strategy, MIG_STRATEGY_NONE);
-                ck_assert(c->nvidia_fail_on_init_error);
-                ck_assert_str_eq(c->nvidia_driver_root, "/flag");
-                ck_assert(!c->nvidia_pass_device_specs);
-                ck_assert_uint_eq(c->nvidia_device_list_strategy, DEVICE_LIST_STRATEGY_CDI_CRI);
-                ck_assert_int_eq(c->nvidia_device_id_strategy, DEVICE_ID_STRATEGY_UUID);
-                ck_assert_str_eq(c->nvidia_cdi_annotation_prefix, "flag.example.com/");
-        }
-
-        /* Go-style single-dash flags and a bare boolean flag, as the NVIDIA plugin is started. */
-        {
-                const char *args[] = { "-mig-strategy", "single", "-pass-device-specs", NULL };
-                _cleanup_(config_freep) Config *c = from_argv(args);
-
-                ck_assert_ptr_nonnull(c);
+                ck_assert_str_eq(c->file, other);
                 ck_assert_int_eq(c->nvidia_mig_strategy, MIG_STRATEGY_SINGLE);
-                ck_assert(c->nvidia_pass_device_specs);
+                ck_assert_str_eq(c->nvidia_driver_root, "/env");
         }
+        (void) unlink(other);
+        (void) unlink(keep);
+}
 
-        /* --config-file beats CONFIG_FILE. */
-        {
-                const char *other = NULL;
-                _cleanup_free_ char *keep = strdup(path);
+START_TEST(test_env_beats_file_flag_beats_env) {
+        static const char *file =
+                "version: v1\n"
+                "flags:\n"
+                "  migStrategy: single\n"
+                "  failOnInitError: true\n"
+                "  nvidiaDriverRoot: /file\n"
+                "  plugin:\n"
+                "    passDeviceSpecs: false\n"
+                "    deviceListStrategy: envvar\n"
+                "    deviceIDStrategy: uuid\n"
+                "    cdiAnnotationPrefix: file.example.com/\n";
+        const char *path;
 
-                ck_assert_ptr_nonnull(keep);
-                other = write_temp("flags: {migStrategy: single}\n");
-                unsetenv("MIG_STRATEGY");
-                {
-                        const char *args[] = { "--config-file", other, NULL };
-                        _cleanup_(config_freep) Config *c = from_argv(args);
+        clear_env();
+        path = write_temp(file);
 
-                        ck_assert_ptr_nonnull(c);
-                        ck_assert_str_eq(c->file, other);
-                        ck_assert_int_eq(c->nvidia_mig_strategy, MIG_STRATEGY_SINGLE);
-                        ck_assert_str_eq(c->nvidia_driver_root, "/env");
-                }
-                (void) unlink(other);
-                (void) unlink(keep);
-        }
+        step_file_alone(path);
+        step_env_over_file(path);
+        step_flags_over_env();
+        step_go_style_flags();
+        step_config_file_flag_beats_env(path);
         clear_env();
 }
 END_TEST

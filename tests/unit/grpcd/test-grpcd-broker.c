@@ -387,42 +387,21 @@ static void bus_daemon_stop(void) {
         (void) unlink(p);
 }
 
-START_TEST(test_follow_and_forward) {
-        _cleanup_(config_freep) Config *config = NULL;
-        _cleanup_free_ char *error = NULL;
-        ConfigOverride ov[] = {
-                { "device-plugin-path", dir },
-                { "broker-timeout-ms", "300" },
-        };
-        V1beta1__AllocateResponse *ar;
-        V1beta1__DevicePluginOptions *o;
-        V1beta1__PreferredAllocationRequest preq = V1BETA1__PREFERRED_ALLOCATION_REQUEST__INIT;
-        V1beta1__ContainerPreferredAllocationRequest pc = V1BETA1__CONTAINER_PREFERRED_ALLOCATION_REQUEST__INIT, *pcp = &pc;
-        V1beta1__PreferredAllocationResponse *pr;
-        char *avail[] = { (char *) GPU };
-        uint8_t pbuf[256];
-        size_t plen;
-        sd_bus_slot *vslot = NULL;
-        Manager *m = NULL;
-        Reply r;
+/* test_follow_and_forward, step by step: each step starts from the state the one before
+ * left (one manager, one event loop, one fake broker on one private bus). */
 
-        ck_assert_ptr_nonnull(mkdtemp(dir));
-        snprintf(sock_path, sizeof(sock_path), "%s/kgpu-gpu.intel.com-i915.sock", dir);
-        bus_daemon_start();
-        ck_assert_int_ge(sd_event_new(&event), 0);
-
-        ck_assert_int_eq(config_load_string("", 0, "test", ov, ELEMENTSOF(ov), &config, &error), 0);
-        ck_assert_int_eq(manager_new(event, TAKE_PTR(config), &m), 0);
-        probe_start();
-        ck_assert_int_eq(manager_start(m), 0);
-
-        /* No broker yet: nothing served. */
+/* No broker yet: nothing served. */
+static void step_no_broker_yet(Manager *m) {
         run_for(100 * 1000);
         ck_assert(!m->broker_present);
         ck_assert_uint_eq(m->n_plugins, 0);
+}
 
-        /* The broker appears: its resource gets a socket (after GetDevices is retried
-         * once: the first call fails). */
+/* The broker appears: its resource gets a socket (after GetDevices is retried
+ * once: the first call fails). Returns the slot of the fake broker's vtable. */
+static sd_bus_slot *step_broker_appears(Manager *m) {
+        sd_bus_slot *vslot = NULL;
+
         broker.listed = true;
         broker.healthy = true;
         broker.fail_get_devices = 1;
@@ -434,6 +413,12 @@ START_TEST(test_follow_and_forward) {
         run_until(cond_socket, (void *) 1, 5 * 1000 * 1000, "the plugin socket");
         ck_assert_uint_eq(m->n_plugins, 1);
         ck_assert_uint_eq(broker.fail_get_devices, 0);
+        return vslot;
+}
+
+static void step_options(void) {
+        V1beta1__DevicePluginOptions *o;
+        Reply r;
 
         call("/v1beta1.DevicePlugin/GetDevicePluginOptions", (const uint8_t *) "", 0, &r);
         ck_assert_int_eq(r.status, GRPC_STATUS_OK);
@@ -443,8 +428,13 @@ START_TEST(test_follow_and_forward) {
         ck_assert(o->get_preferred_allocation_available);
         v1beta1__device_plugin_options__free_unpacked(o, NULL);
         reply_done(&r);
+}
 
-        /* Allocate: the broker's device specs reach the kubelet. */
+/* Allocate: the broker's device specs reach the kubelet. */
+static void step_allocate(void) {
+        V1beta1__AllocateResponse *ar;
+        Reply r;
+
         allocate(GPU, &r);
         ck_assert_int_eq(r.status, GRPC_STATUS_OK);
         ar = v1beta1__allocate_response__unpack(NULL, r.len, r.msg);
@@ -455,8 +445,12 @@ START_TEST(test_follow_and_forward) {
         ck_assert_str_eq(ar->container_responses[0]->devices[1]->permissions, "rw");
         v1beta1__allocate_response__free_unpacked(ar, NULL);
         reply_done(&r);
+}
 
-        /* An answer with a node of no GPU the probe exports does not reach the kubelet. */
+/* An answer with a node of no GPU the probe exports does not reach the kubelet. */
+static void step_foreign_node_refused(void) {
+        Reply r;
+
         broker.foreign = true;
         allocate(GPU, &r);
         ck_assert_int_eq(r.status, GRPC_STATUS_PERMISSION_DENIED);
@@ -464,15 +458,23 @@ START_TEST(test_follow_and_forward) {
         ck_assert_uint_eq(r.len, 0);
         reply_done(&r);
         broker.foreign = false;
+}
 
-        /* Errors map to gRPC statuses with the broker's message. */
+/* Errors map to gRPC statuses with the broker's message. */
+static void step_errors_map_to_statuses(void) {
+        Reply r;
+
         allocate("0000:99:00.0", &r);
         ck_assert_int_eq(r.status, GRPC_STATUS_INVALID_ARGUMENT);
         ck_assert_ptr_nonnull(strstr(r.message, "0000:99:00.0"));
         ck_assert_ptr_nonnull(strstr(r.message, KGPU_ERROR_UNKNOWN_DEVICE));
         reply_done(&r);
+}
 
-        /* Health change through ResourcesChanged; then Allocate is refused. */
+/* Health change through ResourcesChanged; then Allocate is refused. */
+static void step_health_change(Manager *m) {
+        Reply r;
+
         broker.healthy = false;
         emit_changed();
         run_until(cond_health, m, 5 * 1000 * 1000, "the health change");
@@ -482,8 +484,18 @@ START_TEST(test_follow_and_forward) {
         broker.healthy = true;
         emit_changed();
         run_until(cond_health, m, 5 * 1000 * 1000, "the health change back");
+}
 
-        /* GetPreferredAllocation. */
+/* GetPreferredAllocation. */
+static void step_preferred_allocation(void) {
+        V1beta1__PreferredAllocationRequest preq = V1BETA1__PREFERRED_ALLOCATION_REQUEST__INIT;
+        V1beta1__ContainerPreferredAllocationRequest pc = V1BETA1__CONTAINER_PREFERRED_ALLOCATION_REQUEST__INIT, *pcp = &pc;
+        V1beta1__PreferredAllocationResponse *pr;
+        char *avail[] = { (char *) GPU };
+        uint8_t pbuf[256];
+        size_t plen;
+        Reply r;
+
         pc.available_deviceids = avail;
         pc.n_available_deviceids = 1;
         pc.allocation_size = 1;
@@ -498,8 +510,12 @@ START_TEST(test_follow_and_forward) {
         ck_assert_str_eq(pr->container_responses[0]->deviceids[0], GPU);
         v1beta1__preferred_allocation_response__free_unpacked(pr, NULL);
         reply_done(&r);
+}
 
-        /* PreStartContainer, allowed and denied. */
+/* PreStartContainer, allowed and denied. */
+static void step_prestart(void) {
+        Reply r;
+
         prestart(&r);
         ck_assert_int_eq(r.status, GRPC_STATUS_OK);
         reply_done(&r);
@@ -507,8 +523,12 @@ START_TEST(test_follow_and_forward) {
         prestart(&r);
         ck_assert_int_eq(r.status, GRPC_STATUS_PERMISSION_DENIED);
         reply_done(&r);
+}
 
-        /* A broker that does not answer: UNAVAILABLE after broker-timeout-ms, no hang. */
+/* A broker that does not answer: UNAVAILABLE after broker-timeout-ms, no hang. */
+static void step_silent_broker(void) {
+        Reply r;
+
         broker.silent = true;
         allocate(GPU, &r);
         ck_assert_int_eq(r.status, GRPC_STATUS_UNAVAILABLE);
@@ -516,8 +536,12 @@ START_TEST(test_follow_and_forward) {
         ck_assert_uint_lt(r.usec, 2 * 1000 * 1000);
         reply_done(&r);
         broker.silent = false;
+}
 
-        /* The broker leaves the bus: UNAVAILABLE at once. */
+/* The broker leaves the bus: UNAVAILABLE at once. */
+static void step_broker_leaves(Manager *m) {
+        Reply r;
+
         ck_assert_int_ge(sd_bus_release_name(fake, KGPU_BROKER_BUS_NAME), 0);
         run_until(cond_broker_absent, m, 5 * 1000 * 1000, "the broker to be gone");
         allocate(GPU, &r);
@@ -525,9 +549,11 @@ START_TEST(test_follow_and_forward) {
         ck_assert_ptr_nonnull(strstr(r.message, "not running"));
         ck_assert_uint_lt(r.usec, 200 * 1000);
         reply_done(&r);
+}
 
-        /* It comes back listing nothing: the resource stays for the grace period, then
-         * its socket goes away. */
+/* It comes back listing nothing: the resource stays for the grace period, then
+ * its socket goes away. */
+static void step_broker_back_listing_nothing(Manager *m) {
         broker.listed = false;
         ck_assert_int_ge(sd_bus_request_name(fake, KGPU_BROKER_BUS_NAME, 0), 0);
         run_until(cond_broker_present, m, 5 * 1000 * 1000, "the broker to be back");
@@ -535,6 +561,40 @@ START_TEST(test_follow_and_forward) {
         ck_assert(cond_socket((void *) 1));
         run_until(cond_socket, NULL, PLUGIN_REMOVE_GRACE_USEC + 3 * 1000 * 1000, "the socket removal");
         ck_assert_uint_eq(m->n_plugins, 0);
+}
+
+START_TEST(test_follow_and_forward) {
+        _cleanup_(config_freep) Config *config = NULL;
+        _cleanup_free_ char *error = NULL;
+        ConfigOverride ov[] = {
+                { "device-plugin-path", dir },
+                { "broker-timeout-ms", "300" },
+        };
+        sd_bus_slot *vslot = NULL;
+        Manager *m = NULL;
+
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        snprintf(sock_path, sizeof(sock_path), "%s/kgpu-gpu.intel.com-i915.sock", dir);
+        bus_daemon_start();
+        ck_assert_int_ge(sd_event_new(&event), 0);
+
+        ck_assert_int_eq(config_load_string("", 0, "test", ov, ELEMENTSOF(ov), &config, &error), 0);
+        ck_assert_int_eq(manager_new(event, TAKE_PTR(config), &m), 0);
+        probe_start();
+        ck_assert_int_eq(manager_start(m), 0);
+
+        step_no_broker_yet(m);
+        vslot = step_broker_appears(m);
+        step_options();
+        step_allocate();
+        step_foreign_node_refused();
+        step_errors_map_to_statuses();
+        step_health_change(m);
+        step_preferred_allocation();
+        step_prestart();
+        step_silent_broker();
+        step_broker_leaves(m);
+        step_broker_back_listing_nothing(m);
 
         m = manager_free(m);
         sd_bus_slot_unref(vslot);

@@ -436,14 +436,119 @@ static const char sriov_cdi[] =
         "  ]\n"
         "}\n";
 
+/* test_manager_outputs_vf_removed, step by step, on one manager over the "sriov"
+ * testbed: dir is the temporary root, ff the feature file, cdi the CDI spec directory. */
+
+/* Not publishing yet (no bus name): nothing is written, not even the directory. */
+static void step_nothing_written_before_publishing(Manager *m, const char *dir, const char *cdi) {
+        ck_assert_int_eq(manager_write_outputs(m), 0);
+        {
+                g_autofree char *fd_dir = g_strdup_printf("%s/features.d", dir);
+
+                ck_assert_int_eq(access(fd_dir, F_OK), -1);
+                ck_assert_int_eq(access(cdi, F_OK), -1);
+        }
+}
+
+/* Publishing: the labels of the four functions. Returns the feature file's text. */
+static char *step_first_outputs(Manager *m, const char *ff) {
+        g_autofree char *labels = NULL;
+
+        m->publishing = true;   /* as manager_start() does once the name is ours */
+        ck_assert_int_eq(manager_write_outputs(m), 0);
+
+        labels = slurp(ff);
+        ck_assert_ptr_nonnull(labels);
+        ck_assert_str_eq(labels,
+                "gpu.intel.com/cards=card1.card2.card3.card4\n"
+                "gpu.intel.com/device-id.0380-56c0.count=4\n"
+                "gpu.intel.com/device-id.0380-56c0.present=true\n"
+                "gpu.intel.com/device.count=4\n"
+                "gpu.intel.com/family=Flex_Series\n"
+                "gpu.intel.com/gpu-numbers=1.2.3.4\n"
+                "gpu.intel.com/memory.max=12884901888\n"
+                "gpu.intel.com/millicores=4000\n"
+                "gpu.intel.com/numa-gpu-map=0-1.2.3.4\n"
+                "gpu.intel.com/product=Flex_170\n"
+                "gpu.intel.com/tiles=4\n");
+        return g_steal_pointer(&labels);
+}
+
+/* A VF's DRM node goes away: the VF turns Unhealthy and leaves labels and CDI.
+ * Returns the VF. */
+static Gpu *step_vf_removed(Manager *m, const char *ff, const char *cdi) {
+        g_autofree char *spec = NULL, *labels2 = NULL;
+        Gpu *vf2;
+
+        vf2 = manager_find_gpu(m, "0000:4d:00.2");
+        ck_assert_ptr_nonnull(vf2);
+        ck_assert_int_eq(manager_mark_removed(m, vf2->render_syspath), 1);
+        ck_assert_str_eq(vf2->health, GPU_UNHEALTHY);
+        ck_assert_str_eq(vf2->health_reason, "removed");
+        ck_assert_int_eq(manager_write_outputs(m), 0);
+        labels2 = slurp(ff);
+        ck_assert_ptr_nonnull(strstr(labels2, "gpu.intel.com/gpu-numbers=1.3.4\n"));
+        ck_assert_ptr_nonnull(strstr(labels2, "gpu.intel.com/millicores=3000\n"));
+        {
+                g_autofree char *spec_path = g_strdup_printf("%s/" OUTPUTS_CDI_FILE, cdi);
+
+                spec = slurp(spec_path);
+        }
+        ck_assert_ptr_nonnull(spec);
+        ck_assert_str_eq(spec, sriov_cdi);
+        return vf2;
+}
+
+/* Back (rescan finds it): healthy again, labels restored. */
+static void step_vf_back(Manager *m, Gpu *vf2, const char *ff, const char *labels) {
+        g_autofree char *labels3 = NULL;
+
+        ck_assert_int_eq(manager_rescan(m), 0);
+        ck_assert_str_eq(vf2->health, GPU_HEALTHY);
+        ck_assert_int_eq(manager_write_outputs(m), 0);
+        labels3 = slurp(ff);
+        ck_assert_str_eq(labels3, labels);
+}
+
+/* Every GPU gone: no label left, so no feature file, and no CDI spec (CDI wants
+ * devices). */
+static void step_every_gpu_gone_and_back(Manager *m, const char *ff, const char *cdi, const char *labels) {
+        g_autofree char *labels4 = NULL;
+
+        for (size_t i = 0; i < m->n_gpus; i++)
+                ck_assert_int_eq(manager_mark_removed(m, m->gpus[i]->card_syspath), 1);
+        ck_assert_int_eq(manager_write_outputs(m), 0);
+        {
+                g_autofree char *spec_path = g_strdup_printf("%s/" OUTPUTS_CDI_FILE, cdi);
+
+                ck_assert_int_eq(access(ff, F_OK), -1);
+                ck_assert_int_eq(errno, ENOENT);
+                ck_assert_int_eq(access(spec_path, F_OK), -1);
+        }
+        ck_assert_int_eq(manager_rescan(m), 0);
+        ck_assert_int_eq(manager_write_outputs(m), 0);
+        labels4 = slurp(ff);
+        ck_assert_ptr_nonnull(labels4);
+        ck_assert_str_eq(labels4, labels);      /* and back with the GPUs */
+}
+
+/* No temp files left next to the outputs. */
+static void step_no_temp_files_left(const char *dir, const char *cdi) {
+        g_autofree char *cmd = g_strdup_printf("test -z \"$(ls -A %s/features.d | grep -v '^kgpu$')\" && "
+                                               "test -z \"$(ls -A %s | grep -v '^" OUTPUTS_CDI_FILE "$')\"",
+                                               dir, cdi);
+        ck_assert_int_eq(system(cmd), 0);
+        g_autofree char *rm = g_strdup_printf("rm -rf %s", dir);
+        ck_assert_int_eq(system(rm), 0);
+}
+
 START_TEST(test_manager_outputs_vf_removed) {
         _unused_ g_autoptr(UMockdevTestbed) tb = testbed_load("sriov");
         _cleanup_(manager_freep) Manager *m = NULL;
         _cleanup_(config_freep) Config *c = NULL;
         _cleanup_free_ char *err = NULL;
         char dir[] = "/tmp/kgpu-test-outputs-XXXXXX";
-        g_autofree char *ff = NULL, *cdi = NULL, *labels = NULL, *spec = NULL, *labels2 = NULL;
-        g_autofree char *labels3 = NULL, *labels4 = NULL;
+        g_autofree char *ff = NULL, *cdi = NULL, *labels = NULL;
         const char *key = NULL;
         Gpu *vf2;
 
@@ -463,84 +568,13 @@ START_TEST(test_manager_outputs_vf_removed) {
         ck_assert_int_eq(manager_rescan(m), 0);
         ck_assert_uint_eq(m->n_gpus, 4);
         ck_assert_uint_eq(m->gpus[0]->memory_bytes, 3 * GIB);   /* 4 GiB - reserved */
-        /* Not publishing yet (no bus name): nothing is written, not even the directory. */
-        ck_assert_int_eq(manager_write_outputs(m), 0);
-        {
-                g_autofree char *fd_dir = g_strdup_printf("%s/features.d", dir);
 
-                ck_assert_int_eq(access(fd_dir, F_OK), -1);
-                ck_assert_int_eq(access(cdi, F_OK), -1);
-        }
-        m->publishing = true;   /* as manager_start() does once the name is ours */
-        ck_assert_int_eq(manager_write_outputs(m), 0);
-
-        labels = slurp(ff);
-        ck_assert_ptr_nonnull(labels);
-        ck_assert_str_eq(labels,
-                "gpu.intel.com/cards=card1.card2.card3.card4\n"
-                "gpu.intel.com/device-id.0380-56c0.count=4\n"
-                "gpu.intel.com/device-id.0380-56c0.present=true\n"
-                "gpu.intel.com/device.count=4\n"
-                "gpu.intel.com/family=Flex_Series\n"
-                "gpu.intel.com/gpu-numbers=1.2.3.4\n"
-                "gpu.intel.com/memory.max=12884901888\n"
-                "gpu.intel.com/millicores=4000\n"
-                "gpu.intel.com/numa-gpu-map=0-1.2.3.4\n"
-                "gpu.intel.com/product=Flex_170\n"
-                "gpu.intel.com/tiles=4\n");
-
-        /* A VF's DRM node goes away: the VF turns Unhealthy and leaves labels and CDI. */
-        vf2 = manager_find_gpu(m, "0000:4d:00.2");
-        ck_assert_ptr_nonnull(vf2);
-        ck_assert_int_eq(manager_mark_removed(m, vf2->render_syspath), 1);
-        ck_assert_str_eq(vf2->health, GPU_UNHEALTHY);
-        ck_assert_str_eq(vf2->health_reason, "removed");
-        ck_assert_int_eq(manager_write_outputs(m), 0);
-        labels2 = slurp(ff);
-        ck_assert_ptr_nonnull(strstr(labels2, "gpu.intel.com/gpu-numbers=1.3.4\n"));
-        ck_assert_ptr_nonnull(strstr(labels2, "gpu.intel.com/millicores=3000\n"));
-        {
-                g_autofree char *spec_path = g_strdup_printf("%s/" OUTPUTS_CDI_FILE, cdi);
-
-                spec = slurp(spec_path);
-        }
-        ck_assert_ptr_nonnull(spec);
-        ck_assert_str_eq(spec, sriov_cdi);
-
-        /* Back (rescan finds it): healthy again, labels restored. */
-        ck_assert_int_eq(manager_rescan(m), 0);
-        ck_assert_str_eq(vf2->health, GPU_HEALTHY);
-        ck_assert_int_eq(manager_write_outputs(m), 0);
-        labels3 = slurp(ff);
-        ck_assert_str_eq(labels3, labels);
-
-        /* Every GPU gone: no label left, so no feature file, and no CDI spec (CDI wants
-         * devices). */
-        for (size_t i = 0; i < m->n_gpus; i++)
-                ck_assert_int_eq(manager_mark_removed(m, m->gpus[i]->card_syspath), 1);
-        ck_assert_int_eq(manager_write_outputs(m), 0);
-        {
-                g_autofree char *spec_path = g_strdup_printf("%s/" OUTPUTS_CDI_FILE, cdi);
-
-                ck_assert_int_eq(access(ff, F_OK), -1);
-                ck_assert_int_eq(errno, ENOENT);
-                ck_assert_int_eq(access(spec_path, F_OK), -1);
-        }
-        ck_assert_int_eq(manager_rescan(m), 0);
-        ck_assert_int_eq(manager_write_outputs(m), 0);
-        labels4 = slurp(ff);
-        ck_assert_ptr_nonnull(labels4);
-        ck_assert_str_eq(labels4, labels);      /* and back with the GPUs */
-
-        /* No temp files left next to the outputs. */
-        {
-                g_autofree char *cmd = g_strdup_printf("test -z \"$(ls -A %s/features.d | grep -v '^kgpu$')\" && "
-                                                       "test -z \"$(ls -A %s | grep -v '^" OUTPUTS_CDI_FILE "$')\"",
-                                                       dir, cdi);
-                ck_assert_int_eq(system(cmd), 0);
-                g_autofree char *rm = g_strdup_printf("rm -rf %s", dir);
-                ck_assert_int_eq(system(rm), 0);
-        }
+        step_nothing_written_before_publishing(m, dir, cdi);
+        labels = step_first_outputs(m, ff);
+        vf2 = step_vf_removed(m, ff, cdi);
+        step_vf_back(m, vf2, ff, labels);
+        step_every_gpu_gone_and_back(m, ff, cdi, labels);
+        step_no_temp_files_left(dir, cdi);
         unsetenv("KGPU_LABELS_FEATURE_FILE");
         unsetenv("KGPU_CDI_SPEC_DIRECTORY");
 }

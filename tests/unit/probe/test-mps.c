@@ -324,8 +324,12 @@ START_TEST(test_readopt_after_restart) {
 }
 END_TEST
 
-START_TEST(test_adopt) {
-        _cleanup_free_ char *cmds = NULL, *want = NULL, *ctl = expect_line_ctl(""), *ctl_d = expect_line_ctl(" -d");
+/* test_adopt, step by step: probes come and go while the fake MPS daemon of the last
+ * step stays (or died, or another took its place). ctl and ctl_d are the command lines
+ * expect_line_ctl() gives. */
+
+/* A first probe finds nothing to adopt and starts the daemon with limits. */
+static void step_first_probe_starts_daemon(void) {
         Mps *m = new_mps();
 
         ck_assert_int_eq(mps_adopt(m), 0);      /* nothing there yet */
@@ -333,10 +337,14 @@ START_TEST(test_adopt) {
         m = mps_free(m);
         free(take_commands());
         memset(&states, 0, sizeof(states));
+}
 
-        /* A new probe finds the daemon and holds it as running, without a SetMps, with the
-         * limits the earlier one sent (its limits file names this very daemon's pid). */
-        m = new_mps();
+/* A new probe finds the daemon and holds it as running, without a SetMps, with the
+ * limits the earlier one sent (its limits file names this very daemon's pid). */
+static Mps *step_new_probe_adopts(const char *ctl) {
+        _cleanup_free_ char *cmds = NULL, *want = NULL;
+        Mps *m = new_mps();
+
         ck_assert_int_eq(mps_adopt(m), 1);
         run_until_idle(m);
         ck_assert_int_eq(mps_get_state(m, UUID), MPS_STATE_RUNNING);
@@ -347,20 +355,26 @@ START_TEST(test_adopt) {
         ck_assert_str_eq(cmds, want);
         /* Adopting again changes nothing. */
         ck_assert_int_eq(mps_adopt(m), 0);
+        return m;
+}
 
-        /* The broker's SetMps with the limits in force: nothing runs. */
+/* The broker's SetMps with the limits in force: nothing runs. */
+static void step_same_limits_run_nothing(Mps *m) {
+        _cleanup_free_ char *cmds = NULL;
+
         ck_assert_int_eq(set_and_wait(m, true, 2 * GIB, 50, NULL), 0);
-        free(cmds);
         cmds = take_commands();
         ck_assert_str_eq(cmds, "");
+}
 
-        /* Dead: restarted with those limits. */
+/* Dead: restarted with those limits. */
+static void step_dead_restarted_with_limits(Mps *m, const char *ctl, const char *ctl_d) {
+        _cleanup_free_ char *cmds = NULL, *want = NULL;
+
         kill_daemon();
         ck_assert_int_eq(mps_check_all(m), 1);
         run_until_idle(m);
-        free(cmds);
         cmds = take_commands();
-        free(want);
         ck_assert_int_ge(asprintf(&want,
                                   "%s\n"
                                   "nvidia-cuda-mps-control < get_server_list\n"
@@ -370,10 +384,13 @@ START_TEST(test_adopt) {
                                   "nvidia-cuda-mps-control < set_default_active_thread_percentage 50",
                                   ctl, ctl_d, ctl), 0);
         ck_assert_str_eq(cmds, want);
-        m = mps_free(m);
+}
 
-        /* While no probe ran, another daemon took the pipe directory (not the one the
-         * limits file names): adopted, limits unknown. */
+/* While no probe ran, another daemon took the pipe directory (not the one the
+ * limits file names): adopted, limits unknown. */
+static Mps *step_other_daemon_adopted(void) {
+        Mps *m;
+
         kill_daemon();
         start_daemon_behind();
         memset(&states, 0, sizeof(states));
@@ -382,31 +399,39 @@ START_TEST(test_adopt) {
         run_until_idle(m);
         ck_assert_int_eq(mps_get_state(m, UUID), MPS_STATE_RUNNING);
         free(take_commands());
+        return m;
+}
 
-        /* Its limits are unknown: a restart starts it without sending any. */
+/* Its limits are unknown: a restart starts it without sending any. */
+static void step_unknown_limits_restart(Mps *m, const char *ctl, const char *ctl_d) {
+        _cleanup_free_ char *cmds = NULL, *want = NULL;
+
         kill_daemon();
         ck_assert_int_eq(mps_check_all(m), 1);
         run_until_idle(m);
-        free(cmds);
         cmds = take_commands();
-        free(want);
         ck_assert_int_ge(asprintf(&want, "%s\nnvidia-cuda-mps-control < get_server_list\n%s", ctl, ctl_d), 0);
         ck_assert_str_eq(cmds, want);
         ck_assert_int_eq(mps_get_state(m, UUID), MPS_STATE_RUNNING);
+}
 
-        /* The broker's SetMps: only the limits. */
+/* The broker's SetMps: only the limits. */
+static void step_setmps_sends_only_limits(Mps *m, const char *ctl) {
+        _cleanup_free_ char *cmds = NULL, *want = NULL;
+
         ck_assert_int_eq(set_and_wait(m, true, 2 * GIB, 50, NULL), 0);
-        free(cmds);
         cmds = take_commands();
-        free(want);
         ck_assert_int_ge(asprintf(&want,
                                   "%s\n"
                                   "nvidia-cuda-mps-control < set_default_device_pinned_mem_limit 0 2048M\n"
                                   "nvidia-cuda-mps-control < set_default_active_thread_percentage 50", ctl), 0);
         ck_assert_str_eq(cmds, want);
-        m = mps_free(m);
+}
 
-        /* The daemon died while no probe ran: not adopted, stays off; a disable cleans up. */
+/* The daemon died while no probe ran: not adopted, stays off; a disable cleans up. */
+static void step_dead_daemon_not_adopted(void) {
+        Mps *m;
+
         kill_daemon();
         free(take_commands());
         memset(&states, 0, sizeof(states));
@@ -419,6 +444,25 @@ START_TEST(test_adopt) {
         ck_assert_int_eq(set_and_wait(m, false, 0, 0, NULL), 0);
         ck_assert_int_lt(access(pipe_dir, F_OK), 0);
         m = mps_free(m);
+}
+
+START_TEST(test_adopt) {
+        _cleanup_free_ char *ctl = expect_line_ctl(""), *ctl_d = expect_line_ctl(" -d");
+        Mps *m;
+
+        step_first_probe_starts_daemon();
+
+        m = step_new_probe_adopts(ctl);
+        step_same_limits_run_nothing(m);
+        step_dead_restarted_with_limits(m, ctl, ctl_d);
+        m = mps_free(m);
+
+        m = step_other_daemon_adopted();
+        step_unknown_limits_restart(m, ctl, ctl_d);
+        step_setmps_sends_only_limits(m, ctl);
+        m = mps_free(m);
+
+        step_dead_daemon_not_adopted();
 
         m = new_mps();
         ck_assert_int_eq(mps_adopt(m), 0);
