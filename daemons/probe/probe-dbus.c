@@ -111,8 +111,9 @@ static int method_rescan(sd_bus_message *message, void *userdata, sd_bus_error *
         if (r < 0)
                 return sd_bus_error_set_errnof(error, r, "Rescan failed: %m");
 
-        /* NVIDIA GPUs are read by child processes: answer once they are. */
-        if (nvidia_probe_reply_when_done(m->nvidia, message) > 0)
+        /* Some sources read their GPUs asynchronously (NVIDIA's child processes): answer
+         * once they did. */
+        if (manager_reply_when_done(m, message) > 0)
                 return 1;
         return sd_bus_reply_method_return(message, NULL);
 }
