@@ -22,6 +22,7 @@
 #include "daemons/probe/mps.h"
 #include "daemons/probe/nvidia.h"
 #include "daemons/probe/probe-dbus.h"
+#include "daemons/probe/source.h"
 
 static int property_get_version(sd_bus *bus, const char *path, const char *interface,
                                 const char *property, sd_bus_message *reply,
@@ -142,6 +143,7 @@ static int method_set_mps(sd_bus_message *message, void *userdata, sd_bus_error 
         const char *id;
         uint64_t pinned;
         uint32_t pct;
+        const GpuSource *source;
         int enabled, r;
         Gpu *g;
 
@@ -152,7 +154,8 @@ static int method_set_mps(sd_bus_message *message, void *userdata, sd_bus_error 
         if (r < 0)
                 return r;
         g = manager_find_gpu(m, id);
-        if (!g || !streq(g->vendor, "nvidia") || g->index < 0)
+        source = g ? gpu_source_find(g->vendor) : NULL;
+        if (!source || !source->mps || g->index < 0)
                 /* Echoed only whole: a cut could split a UTF-8 sequence. */
                 return sd_bus_error_setf(error, KGPU_ERROR_UNKNOWN_DEVICE, "No NVIDIA GPU '%s'.",
                                          strlen(id) <= 128 ? id : "(too long)");

@@ -92,6 +92,7 @@ const GpuSource gpu_source_nvidia = {
         .vendor = "nvidia",
         .label_prefix = LABELS_NVIDIA_PREFIX,
         .cdi_file = CDI_NVIDIA_FILE,
+        .mps = true,
         .new = nvidia_new,
         .free = nvidia_free,
         .check = nvidia_check,

@@ -30,6 +30,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <libudev.h>
@@ -48,6 +49,7 @@ typedef struct GpuSource {
         const char *vendor;             /* Gpu.vendor of the GPUs it finds */
         const char *label_prefix;       /* the node labels it writes, "gpu.intel.com/" */
         const char *cdi_file;           /* its CDI spec under cdi.specDirectory */
+        bool mps;                       /* its GPUs take an MPS control daemon (SetMps, mps.h) */
 
         int (*new)(Manager *m, void **ret);
         void (*free)(Manager *m, void *data);
