@@ -81,6 +81,10 @@ int nvidia_probe_last_error(const NvidiaProbe *p, const char **ret_message);
 /* Number of health polls completed so far (tests). */
 uint64_t nvidia_probe_n_polls(const NvidiaProbe *p);
 
+/* D-Bus strings must be UTF-8: bytes of invalid sequences (overlong forms, surrogates,
+ * code points past U+10FFFF included) become '?', in place. */
+void nvidia_utf8_sanitize(char *s);
+
 /* Pure: the capability minor of "gpu<minor>/gi<gi>/access" (ci < 0) or
  * "gpu<minor>/gi<gi>/ci<ci>/access" in a mig-minors file text; -ENOENT if absent. */
 int nvidia_mig_minor_lookup(const char *text, uint32_t gpu_minor, uint32_t gi, int32_t ci, uint32_t *ret);
