@@ -25,18 +25,16 @@ static const char *strempty(const char *s) {
 /* Sets "<resource>.<suffix>" (resource NULL: the key is suffix as is). */
 static int table_setf(LabelTable *t, const char *resource, const char *suffix, const char *fmt, ...) _printf_(4, 5);
 static int table_setf(LabelTable *t, const char *resource, const char *suffix, const char *fmt, ...) {
-        _cleanup_free_ char *key = NULL, *v = NULL;
+        _cleanup_free_ char *key = NULL;
         va_list ap;
-        int k;
+        int r;
 
-        va_start(ap, fmt);
-        k = vasprintf(&v, fmt, ap);
-        va_end(ap);
-        if (k < 0)
-                return -ENOMEM;
         if (resource ? asprintf(&key, "%s.%s", resource, suffix) < 0 : !(key = strdup(suffix)))
                 return -ENOMEM;
-        return label_table_set(t, key, v);
+        va_start(ap, fmt);
+        r = label_table_setfv(t, key, fmt, ap);
+        va_end(ap);
+        return r;
 }
 
 const char *labels_nvidia_family(unsigned major, unsigned minor) {

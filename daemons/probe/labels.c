@@ -37,17 +37,22 @@ int label_table_set(LabelTable *t, const char *key, const char *value) {
         return 0;
 }
 
-int label_table_setf(LabelTable *t, const char *key, const char *fmt, ...) {
+int label_table_setfv(LabelTable *t, const char *key, const char *fmt, va_list ap) {
         _cleanup_free_ char *v = NULL;
-        va_list ap;
-        int k;
 
-        va_start(ap, fmt);
-        k = vasprintf(&v, fmt, ap);
-        va_end(ap);
-        if (k < 0)
+        if (vasprintf(&v, fmt, ap) < 0)
                 return -ENOMEM;
         return label_table_set(t, key, v);
+}
+
+int label_table_setf(LabelTable *t, const char *key, const char *fmt, ...) {
+        va_list ap;
+        int r;
+
+        va_start(ap, fmt);
+        r = label_table_setfv(t, key, fmt, ap);
+        va_end(ap);
+        return r;
 }
 
 int label_table_lines(const LabelTable *t, char ***ret) {

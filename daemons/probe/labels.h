@@ -13,6 +13,7 @@
  */
 #pragma once
 
+#include <stdarg.h>
 #include <stddef.h>
 
 #include "common/util.h"
@@ -28,6 +29,7 @@ typedef struct LabelTable {
 void label_table_done(LabelTable *t);
 int label_table_set(LabelTable *t, const char *key, const char *value);
 int label_table_setf(LabelTable *t, const char *key, const char *fmt, ...) _printf_(3, 4);
+int label_table_setfv(LabelTable *t, const char *key, const char *fmt, va_list ap) _printf_(3, 0);
 /* The "key=value" lines, sorted, into *ret (NULL for an empty table). */
 int label_table_lines(const LabelTable *t, char ***ret);
 

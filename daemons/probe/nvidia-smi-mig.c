@@ -207,6 +207,31 @@ int nvidia_mig_devices_set_instance_ids(NvidiaMigDevice *migs, size_t n_migs, co
         return set;
 }
 
+/* One line of a boxed table (mig -lgip, -lgi, -lci): a border ("+---+") or the rule under
+ * the header ("|===|", only after the title; sets *seen_rule) is consumed and returns 0;
+ * a row "| ... |" returns 1 with *ret_s its inside, stripped. */
+static int table_line(char *s, size_t line, bool seen_title, bool *seen_rule, char **ret_s, char **ret_error) {
+        size_t sl = strlen(s);
+
+        if (s[0] == '+') {
+                if (strspn(s, "+-") != sl)
+                        return smi_fail(ret_error, -EBADMSG, line, "bad border line");
+                return 0;
+        }
+        if (s[0] != '|' || sl < 2 || s[sl - 1] != '|')
+                return smi_fail(ret_error, -EBADMSG, line, "unexpected line '%.80s'", s);
+        s[sl - 1] = 0;
+        s = smi_strip(s + 1);
+        if (s[0] == '=') {
+                if (strspn(s, "=") != strlen(s) || !seen_title)
+                        return smi_fail(ret_error, -EBADMSG, line, "bad rule line");
+                *seen_rule = true;
+                return 0;
+        }
+        *ret_s = s;
+        return 1;
+}
+
 /* ---- nvidia-smi mig -lgip ---- */
 
 /* "9.50" (GiB, up to two decimals) -> MiB. */
@@ -250,26 +275,15 @@ int nvidia_smi_parse_mig_profiles(const char *text, size_t len, NvidiaMigProfile
         for (size_t i = 0; i < l.n; i++) {
                 char *s = smi_strip(l.line[i]), *tok[12], *slash;
                 NvidiaMigProfile m = {};
-                size_t sl = strlen(s);
                 int nt;
 
                 if (isempty(s))
                         continue;
-                if (s[0] == '+') {
-                        if (strspn(s, "+-") != sl)
-                                return smi_fail(ret_error, -EBADMSG, i + 1, "bad border line");
+                r = table_line(s, i + 1, seen_title, &seen_rule, &s, ret_error);
+                if (r < 0)
+                        return r;
+                if (r == 0)
                         continue;
-                }
-                if (s[0] != '|' || sl < 2 || s[sl - 1] != '|')
-                        return smi_fail(ret_error, -EBADMSG, i + 1, "unexpected line '%.80s'", s);
-                s[sl - 1] = 0;
-                s = smi_strip(s + 1);
-                if (s[0] == '=') {
-                        if (strspn(s, "=") != strlen(s) || !seen_title)
-                                return smi_fail(ret_error, -EBADMSG, i + 1, "bad rule line");
-                        seen_rule = true;
-                        continue;
-                }
                 if (!seen_rule) {
                         if (startswith(s, "GPU instance profiles:"))
                                 seen_title = true;
@@ -355,7 +369,7 @@ int nvidia_smi_parse_mig_instances(const char *text, size_t len, bool compute_in
         for (size_t i = 0; i < l.n; i++) {
                 char *s = smi_strip(l.line[i]), *tok[10];
                 NvidiaMigInstance m = { .ci_id = -1 };
-                size_t sl = strlen(s), k = 0;
+                size_t k = 0;
                 uint32_t ci;
                 int nt;
 
@@ -368,21 +382,11 @@ int nvidia_smi_parse_mig_instances(const char *text, size_t len, bool compute_in
                         *ret_n = 0;
                         return 0;
                 }
-                if (s[0] == '+') {
-                        if (strspn(s, "+-") != sl)
-                                return smi_fail(ret_error, -EBADMSG, i + 1, "bad border line");
+                r = table_line(s, i + 1, seen_title, &seen_rule, &s, ret_error);
+                if (r < 0)
+                        return r;
+                if (r == 0)
                         continue;
-                }
-                if (s[0] != '|' || sl < 2 || s[sl - 1] != '|')
-                        return smi_fail(ret_error, -EBADMSG, i + 1, "unexpected line '%.80s'", s);
-                s[sl - 1] = 0;
-                s = smi_strip(s + 1);
-                if (s[0] == '=') {
-                        if (strspn(s, "=") != strlen(s) || !seen_title)
-                                return smi_fail(ret_error, -EBADMSG, i + 1, "bad rule line");
-                        seen_rule = true;
-                        continue;
-                }
                 if (!seen_rule) {
                         /* Title and header lines. */
                         if (startswith(s, title))

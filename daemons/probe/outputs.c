@@ -36,10 +36,11 @@ static int mkdir_parents(const char *dir) {
         return 0;
 }
 
-int outputs_write_atomic(const char *path, const char *data, size_t len) {
-        _cleanup_free_ char *dir = NULL;
+/* Splits an absolute path into its directory (with the final '/') and its last
+ * component, which must name a file. */
+static int split_path(const char *path, char **ret_dir, const char **ret_name) {
         const char *name;
-        int r;
+        char *dir;
 
         if (isempty(path) || path[0] != '/' || strlen(path) > 4096)
                 return -EINVAL;
@@ -49,6 +50,19 @@ int outputs_write_atomic(const char *path, const char *data, size_t len) {
         dir = strndup(path, (size_t) (name - path));
         if (!dir)
                 return -ENOMEM;
+        *ret_dir = dir;
+        *ret_name = name;
+        return 0;
+}
+
+int outputs_write_atomic(const char *path, const char *data, size_t len) {
+        _cleanup_free_ char *dir = NULL;
+        const char *name;
+        int r;
+
+        r = split_path(path, &dir, &name);
+        if (r < 0)
+                return r;
         r = mkdir_parents(dir);
         if (r < 0)
                 return r;
@@ -105,16 +119,11 @@ bool outputs_feature_text_is_ours(const char *text, size_t len) {
 static int open_parent(const char *path, int *ret_fd, const char **ret_name) {
         _cleanup_free_ char *dir = NULL;
         const char *name;
-        int fd;
+        int fd, r;
 
-        if (isempty(path) || path[0] != '/' || strlen(path) > 4096)
-                return -EINVAL;
-        name = strrchr(path, '/') + 1;
-        if (isempty(name) || streq(name, ".") || streq(name, ".."))
-                return -EINVAL;
-        dir = strndup(path, (size_t) (name - path));
-        if (!dir)
-                return -ENOMEM;
+        r = split_path(path, &dir, &name);
+        if (r < 0)
+                return r;
         fd = open(dir, O_RDONLY|O_DIRECTORY|O_CLOEXEC);
         if (fd < 0)
                 return negative_errno();
