@@ -406,105 +406,150 @@ static void describe_failure_raw(int run_error, int parse_r, const NvidiaRunResu
 
 static int inventory_start_step(NvidiaProbe *p, InventoryStep step);
 
-static void on_inventory_run(NvidiaRun *run, int error, const NvidiaRunResult *res, void *userdata) {
-        NvidiaProbe *p = userdata;
+/* One inventory step's answer: its text (t, len) and the run's own failure (run_error:
+ * an error, a timeout or a cut output; else 0). The handlers below return the next
+ * step, or STEP_NONE when they ended the inventory themselves. */
+typedef struct StepAnswer {
+        const NvidiaRunResult *res;
+        const char *t;
+        size_t len;
+        int run_error;
+} StepAnswer;
+
+static InventoryStep on_query(NvidiaProbe *p, const StepAnswer *a) {
+        _cleanup_free_ char *perr = NULL;
+        char msg[NVIDIA_MESSAGE_MAX + 64];
+        int r = a->run_error;
+
+        if (r >= 0)
+                r = nvidia_smi_parse_query_gpu_health(a->t, a->len, p->no_compute_cap ? NVIDIA_SMI_QUERY_FIELDS :
+                                                      NVIDIA_INVENTORY_FIELDS, &p->gpus, &p->n_gpus,
+                                                      &p->lost, &p->n_lost, &perr);
+        if (r < 0 && a->run_error >= 0 && !p->no_compute_cap && a->res && a->res->exit_status != 0 &&
+            memmem(a->t, a->len, "\"compute_cap\"", 13)) {
+                /* 'Field "compute_cap" is not a valid field to query.': an older
+                 * driver; ask without it (ComputeCapability stays ""). */
+                log_info("nvidia-smi does not know the compute_cap field, reading without it.");
+                p->no_compute_cap = true;
+                p->gpus = mfree(p->gpus);
+                p->lost = mfree(p->lost);
+                p->n_gpus = p->n_lost = 0;
+                return STEP_QUERY;
+        }
+        if (r == -ENODEV) {
+                /* "No devices were found": a node without NVIDIA GPUs, no error. */
+                log_info("nvidia-smi found no NVIDIA GPUs.");
+                nvidia_finish_inventory(p, 0, NULL);
+                return STEP_NONE;
+        }
+        if (r < 0) {
+                describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
+                nvidia_finish_inventory(p, r, msg);
+                return STEP_NONE;
+        }
+        return STEP_LIST;
+}
+
+static InventoryStep on_list(NvidiaProbe *p, const StepAnswer *a) {
         _cleanup_free_ char *perr = NULL;
         _cleanup_free_ NvidiaGpu *list_gpus = NULL;
         size_t n_list_gpus = 0;
         char msg[NVIDIA_MESSAGE_MAX + 64];
-        const char *t = "";
-        size_t len = 0;
+        int r = a->run_error;
+
+        if (r >= 0)
+                r = nvidia_smi_parse_list(a->t, a->len, &list_gpus, &n_list_gpus, &p->migs, &p->n_migs, &perr);
+        if (r < 0) {
+                describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
+                log_warning("nvidia-smi -L failed, MIG devices stay as they were: %s", msg);
+        } else
+                p->migs_known = true;
+        return STEP_Q;
+}
+
+static InventoryStep on_q(NvidiaProbe *p, const StepAnswer *a) {
+        _cleanup_free_ char *perr = NULL;
+        char msg[NVIDIA_MESSAGE_MAX + 64];
+        int r = a->run_error;
+
+        if (r >= 0)
+                r = nvidia_smi_parse_q_gpus(a->t, a->len, &p->q_gpus, &p->n_q_gpus, &perr);
+        if (r >= 0) {
+                perr = mfree(perr);
+                r = nvidia_smi_parse_q_mig_devices(a->t, a->len, &p->q_migs, &p->n_q_migs, &perr);
+        }
+        if (r >= 0) {
+                perr = mfree(perr);
+                (void) nvidia_smi_parse_versions(a->t, a->len, &p->versions, &perr);
+        }
+        if (r < 0) {
+                describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
+                log_info("nvidia-smi -q failed, device minors taken from the indices: %s", msg);
+        }
+        return isempty(p->versions.cuda) ? STEP_SUMMARY : STEP_TOPO;
+}
+
+static InventoryStep on_summary(NvidiaProbe *p, const StepAnswer *a) {
+        _cleanup_free_ char *perr = NULL;
+
+        if (a->run_error >= 0)
+                (void) nvidia_smi_parse_versions(a->t, a->len, &p->versions, &perr);
+        return STEP_TOPO;
+}
+
+static InventoryStep on_topo(NvidiaProbe *p, const StepAnswer *a) {
+        _cleanup_free_ char *perr = NULL;
+        char msg[NVIDIA_MESSAGE_MAX + 64];
+        NvidiaTopology *topo = NULL;
+        int r = a->run_error;
+
+        if (r >= 0)
+                r = nvidia_smi_parse_topology(a->t, a->len, &topo, &perr);
+        if (r < 0) {
+                describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
+                log_warning("nvidia-smi topo -m failed, links and NUMA nodes unknown: %s", msg);
+                p->topology = mfree(p->topology);
+        } else {
+                free(p->topology);
+                p->topology = topo;
+        }
+        nvidia_finish_inventory(p, 0, NULL);
+        return STEP_NONE;
+}
+
+static void on_inventory_run(NvidiaRun *run, int error, const NvidiaRunResult *res, void *userdata) {
+        NvidiaProbe *p = userdata;
+        StepAnswer a = { .res = res, .t = "", .run_error = error };
+        char msg[NVIDIA_MESSAGE_MAX + 64];
         InventoryStep next = STEP_NONE;
-        int run_error = error, r;
+        int r;
 
         if (res)
-                t = result_text(res, &len);
-        if (run_error >= 0 && res && (res->timed_out || res->truncated))
-                run_error = res->timed_out ? -ETIME : -EMSGSIZE;
-        r = run_error;
+                a.t = result_text(res, &a.len);
+        if (a.run_error >= 0 && res && (res->timed_out || res->truncated))
+                a.run_error = res->timed_out ? -ETIME : -EMSGSIZE;
 
         switch (p->step) {
         case STEP_QUERY:
-                if (r >= 0)
-                        r = nvidia_smi_parse_query_gpu_health(t, len, p->no_compute_cap ? NVIDIA_SMI_QUERY_FIELDS :
-                                                              NVIDIA_INVENTORY_FIELDS, &p->gpus, &p->n_gpus,
-                                                              &p->lost, &p->n_lost, &perr);
-                if (r < 0 && run_error >= 0 && !p->no_compute_cap && res && res->exit_status != 0 &&
-                    memmem(t, len, "\"compute_cap\"", 13)) {
-                        /* 'Field "compute_cap" is not a valid field to query.': an older
-                         * driver; ask without it (ComputeCapability stays ""). */
-                        log_info("nvidia-smi does not know the compute_cap field, reading without it.");
-                        p->no_compute_cap = true;
-                        p->gpus = mfree(p->gpus);
-                        p->lost = mfree(p->lost);
-                        p->n_gpus = p->n_lost = 0;
-                        next = STEP_QUERY;
-                        break;
-                }
-                if (r == -ENODEV) {
-                        /* "No devices were found": a node without NVIDIA GPUs, no error. */
-                        log_info("nvidia-smi found no NVIDIA GPUs.");
-                        nvidia_finish_inventory(p, 0, NULL);
-                        return;
-                }
-                if (r < 0) {
-                        describe_failure(run_error, r, res, perr, msg, sizeof(msg));
-                        nvidia_finish_inventory(p, r, msg);
-                        return;
-                }
-                next = STEP_LIST;
+                next = on_query(p, &a);
                 break;
         case STEP_LIST:
-                if (r >= 0)
-                        r = nvidia_smi_parse_list(t, len, &list_gpus, &n_list_gpus, &p->migs, &p->n_migs, &perr);
-                if (r < 0) {
-                        describe_failure(run_error, r, res, perr, msg, sizeof(msg));
-                        log_warning("nvidia-smi -L failed, MIG devices stay as they were: %s", msg);
-                } else
-                        p->migs_known = true;
-                next = STEP_Q;
+                next = on_list(p, &a);
                 break;
         case STEP_Q:
-                if (r >= 0)
-                        r = nvidia_smi_parse_q_gpus(t, len, &p->q_gpus, &p->n_q_gpus, &perr);
-                if (r >= 0) {
-                        perr = mfree(perr);
-                        r = nvidia_smi_parse_q_mig_devices(t, len, &p->q_migs, &p->n_q_migs, &perr);
-                }
-                if (r >= 0) {
-                        perr = mfree(perr);
-                        (void) nvidia_smi_parse_versions(t, len, &p->versions, &perr);
-                }
-                if (r < 0) {
-                        describe_failure(run_error, r, res, perr, msg, sizeof(msg));
-                        log_info("nvidia-smi -q failed, device minors taken from the indices: %s", msg);
-                }
-                next = isempty(p->versions.cuda) ? STEP_SUMMARY : STEP_TOPO;
+                next = on_q(p, &a);
                 break;
         case STEP_SUMMARY:
-                if (r >= 0)
-                        (void) nvidia_smi_parse_versions(t, len, &p->versions, &perr);
-                next = STEP_TOPO;
+                next = on_summary(p, &a);
                 break;
-        case STEP_TOPO: {
-                NvidiaTopology *topo = NULL;
-
-                if (r >= 0)
-                        r = nvidia_smi_parse_topology(t, len, &topo, &perr);
-                if (r < 0) {
-                        describe_failure(run_error, r, res, perr, msg, sizeof(msg));
-                        log_warning("nvidia-smi topo -m failed, links and NUMA nodes unknown: %s", msg);
-                        p->topology = mfree(p->topology);
-                } else {
-                        free(p->topology);
-                        p->topology = topo;
-                }
-                nvidia_finish_inventory(p, 0, NULL);
-                return;
-        }
+        case STEP_TOPO:
+                next = on_topo(p, &a);
+                break;
         case STEP_NONE:
-                return;
+                break;
         }
+        if (next == STEP_NONE)
+                return;
 
         if (next == STEP_TOPO && !p->refresh_topology && p->topology) {
                 nvidia_finish_inventory(p, 0, NULL);
