@@ -170,6 +170,55 @@ static const char *query_field_name(QueryField f) {
         return n[f];
 }
 
+/* Lost GPUs are listed, their lines dropped; any other error fails. */
+static int query_collect_lost(Lines *l, NvidiaSmiError **lost, size_t *n_lost, char **ret_error) {
+        for (size_t k = 0; k < l->n; k++) {
+                NvidiaSmiError e;
+
+                if (!smi_classify_line(smi_strip(l->line[k]), &e))
+                        continue;
+                if (e.kind != NVIDIA_SMI_ERROR_GPU_LOST)
+                        return smi_fail(ret_error, nvidia_smi_error_to_errno(e.kind), k + 1, "nvidia-smi: %s",
+                                        e.message);
+                if (*n_lost >= NVIDIA_GPUS_MAX)
+                        return smi_fail(ret_error, -E2BIG, k + 1, "more than %u lost GPUs", NVIDIA_GPUS_MAX);
+                if (!*lost) {
+                        *lost = calloc(NVIDIA_GPUS_MAX, sizeof(NvidiaSmiError));
+                        if (!*lost)
+                                return -ENOMEM;
+                }
+                (*lost)[(*n_lost)++] = e;
+                l->line[k][0] = 0;
+        }
+        return 0;
+}
+
+/* One CSV row, a value per field, into g. */
+static int query_row_parse(char *p, const QueryField *f, size_t n_fields, NvidiaGpu *g, size_t line,
+                           char **ret_error) {
+        bool seen_index = false;
+        size_t k = 0;
+
+        for (;;) {
+                char *c = strchr(p, ','), *v;
+
+                if (c)
+                        *c = 0;
+                if (k >= n_fields)
+                        return smi_fail(ret_error, -EBADMSG, line, "more values than the %zu fields", n_fields);
+                v = smi_strip(p);
+                if (query_value_apply(g, f[k], v, &seen_index) < 0)
+                        return smi_fail(ret_error, -EBADMSG, line, "%s: bad value '%.64s'", query_field_name(f[k]), v);
+                k++;
+                if (!c)
+                        break;
+                p = c + 1;
+        }
+        if (k != n_fields)
+                return smi_fail(ret_error, -EBADMSG, line, "%zu values for %zu fields", k, n_fields);
+        return 0;
+}
+
 static int query_gpu_parse(const char *text, size_t len, const char *fields, bool collect_lost,
                            NvidiaGpu **ret, size_t *ret_n, NvidiaSmiError **ret_lost, size_t *ret_n_lost,
                            char **ret_error) {
@@ -184,31 +233,9 @@ static int query_gpu_parse(const char *text, size_t len, const char *fields, boo
         r = smi_lines_split(text, len, &l, ret_error);
         if (r < 0)
                 return r;
-        if (collect_lost) {
-                /* Lost GPUs are listed, their lines dropped; any other error fails. */
-                for (size_t k = 0; k < l.n; k++) {
-                        NvidiaSmiError e;
-
-                        if (!smi_classify_line(smi_strip(l.line[k]), &e))
-                                continue;
-                        if (e.kind != NVIDIA_SMI_ERROR_GPU_LOST)
-                                return smi_fail(ret_error, nvidia_smi_error_to_errno(e.kind), k + 1, "nvidia-smi: %s",
-                                            e.message);
-                        if (n_lost >= NVIDIA_GPUS_MAX)
-                                return smi_fail(ret_error, -E2BIG, k + 1, "more than %u lost GPUs", NVIDIA_GPUS_MAX);
-                        if (!lost) {
-                                lost = calloc(NVIDIA_GPUS_MAX, sizeof(NvidiaSmiError));
-                                if (!lost)
-                                        return -ENOMEM;
-                        }
-                        lost[n_lost++] = e;
-                        l.line[k][0] = 0;
-                }
-        } else {
-                r = smi_lines_check_error(&l, ret_error);
-                if (r < 0)
-                        return r;
-        }
+        r = collect_lost ? query_collect_lost(&l, &lost, &n_lost, ret_error) : smi_lines_check_error(&l, ret_error);
+        if (r < 0)
+                return r;
 
         f = calloc(NVIDIA_QUERY_FIELDS_MAX, sizeof(QueryField));
         if (!f)
@@ -235,34 +262,14 @@ static int query_gpu_parse(const char *text, size_t len, const char *fields, boo
 
         for (; i < l.n; i++) {
                 NvidiaGpu g = { .index = (uint32_t) n };
-                bool seen_index = false;
-                size_t k = 0;
-                char *p = l.line[i];
 
-                if (isempty(smi_strip(p)))
+                if (isempty(smi_strip(l.line[i])))
                         continue;
                 if (n >= NVIDIA_GPUS_MAX)
                         return smi_fail(ret_error, -E2BIG, i + 1, "more than %u GPUs", NVIDIA_GPUS_MAX);
-
-                for (;;) {
-                        char *c = strchr(p, ','), *v;
-
-                        if (c)
-                                *c = 0;
-                        if (k >= n_fields)
-                                return smi_fail(ret_error, -EBADMSG, i + 1, "more values than the %zu fields", n_fields);
-                        v = smi_strip(p);
-                        r = query_value_apply(&g, f[k], v, &seen_index);
-                        if (r < 0)
-                                return smi_fail(ret_error, -EBADMSG, i + 1, "%s: bad value '%.64s'",
-                                            query_field_name(f[k]), v);
-                        k++;
-                        if (!c)
-                                break;
-                        p = c + 1;
-                }
-                if (k != n_fields)
-                        return smi_fail(ret_error, -EBADMSG, i + 1, "%zu values for %zu fields", k, n_fields);
+                r = query_row_parse(l.line[i], f, n_fields, &g, i + 1, ret_error);
+                if (r < 0)
+                        return r;
                 for (size_t m = 0; m < n; m++)
                         if (gpus[m].index == g.index)
                                 return smi_fail(ret_error, -EBADMSG, i + 1, "GPU index %u listed twice", g.index);
