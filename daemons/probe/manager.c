@@ -3,8 +3,9 @@
  * manager.c — kgpu-probed's event loop, udev monitor and GPU table (see manager.h).
  *
  * Latency path for hot-unplug: udev monitor fd readable -> manager_handle_device() ->
- * manager_mark_removed() -> sd_bus_emit_properties_changed() (written to the bus socket
- * at once when the write queue is empty). No timers, no debouncing.
+ * the source's device_event (source-intel.c) -> manager_mark_removed() ->
+ * sd_bus_emit_properties_changed() (written to the bus socket at once when the write
+ * queue is empty). No timers, no debouncing.
  */
 
 #include <errno.h>
@@ -394,13 +395,12 @@ int manager_mark_removed(Manager *m, const char *syspath) {
 int manager_handle_device(Manager *m, struct udev_device *d) {
         int r = 0;
 
+        /* Every source sees the event; the first that did something (or failed) answers. */
         for (size_t i = 0; i < gpu_sources_count; i++)
                 if (gpu_sources[i]->device_event) {
                         int k = gpu_sources[i]->device_event(m, m->source_data[i], d);
 
-                        if (k < 0 && r == 0)
-                                r = k;
-                        else if (k > 0 && r == 0)
+                        if (r == 0)
                                 r = k;
                 }
         return r;

@@ -39,7 +39,7 @@ static void nvidia_free(Manager *m, void *data) {
 static int nvidia_check(Manager *m, void *data, const Config *c, const char **ret_key) {
         int r;
 
-        m->config_error = mfree(m->config_error);
+        /* m->config_error: cleared by manager_configure(), holds the text *ret_key names. */
         r = nvidia_tools_check(c, &m->config_error);
         if (r == -EPERM) {
                 *ret_key = m->config_error;

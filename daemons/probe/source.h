@@ -22,7 +22,8 @@
  * - device_event: one udev event of the drm subsystem.
  * - reply_when_done: answers a Rescan call once an asynchronous rescan ended; returns 1
  *   if it took message, 0 when nothing runs.
- * - log_found: the operator's line for a GPU of this source that appeared.
+ * - log_found: the operator's line for a GPU of this source that appeared (NULL: the
+ *   manager's generic line).
  * - labels: the node label lines ("name=value", under label_prefix) for gpus.
  * - cdi_write: writes <directory>/<cdi_file> for gpus, or removes it when it would be
  *   empty.
