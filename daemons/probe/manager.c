@@ -73,7 +73,6 @@ Manager *manager_free(Manager *m) {
         kubelet_dir_free(m->kubelet);
         /* The MPS daemons stay (see mps.h); pending SetMps calls get their error now. */
         mps_free(m->mps);
-        config_free(m->nvidia_config);
         free(m->config_error);
         sd_event_source_unref(m->outputs_source);
         free(m->feature_file);

@@ -52,8 +52,6 @@ typedef struct Manager {
         struct NvidiaProbe *nvidia;     /* the NVIDIA source's state (source-nvidia.c, owned
                                          * by source_data), for the MPS policy and tests */
         struct Mps *mps;                /* MPS control daemons, SetMps (mps.c) */
-        Config *nvidia_config;          /* what the NVIDIA labels and the SetMps policy read of the
-                                         * config (labels_nvidia_config_copy()) */
 
         struct KubeletDir *kubelet;     /* the kubelet's directories, for grpcd (kubelet.c) */
 

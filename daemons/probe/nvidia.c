@@ -72,6 +72,7 @@ struct NvidiaProbe {
         NvidiaTopology *topology;       /* cache */
         int last_error;
         char *last_message;
+        Config *config;                 /* what the labels and the SetMps policy read */
         unsigned n_inventories;
         sd_bus_message *waiters[NVIDIA_WAITERS_MAX];
         size_t n_waiters;
@@ -116,6 +117,7 @@ NvidiaProbe *nvidia_probe_free(NvidiaProbe *p) {
         inventory_reset(p);
         free(p->topology);
         free(p->last_message);
+        config_free(p->config);
         free(p->driver_root);
         free(p->smi_configured);
         free(p->smi);
@@ -130,6 +132,15 @@ int nvidia_probe_last_error(const NvidiaProbe *p, const char **ret_message) {
         if (ret_message)
                 *ret_message = p->last_message ?: "";
         return p->last_error;
+}
+
+const Config *nvidia_probe_config(const NvidiaProbe *p) {
+        return p ? p->config : NULL;
+}
+
+void nvidia_probe_set_config(NvidiaProbe *p, Config *c) {
+        config_free(p->config);
+        p->config = c;
 }
 
 uint64_t nvidia_probe_n_polls(const NvidiaProbe *p) {

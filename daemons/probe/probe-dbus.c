@@ -168,7 +168,7 @@ static int method_set_mps(sd_bus_message *message, void *userdata, sd_bus_error 
                 /* The probe's own policy: the same rule the broker builds its slices by,
                  * from the same kgpu.yaml, so a caller with the broker's uid cannot put a
                  * GPU under MPS that the configuration does not. */
-                .in_mps_config = config_nvidia_mps_names_gpu(m->nvidia_config, g->index, g->uuid, g->id),
+                .in_mps_config = config_nvidia_mps_names_gpu(nvidia_probe_config(m->nvidia), g->index, g->uuid, g->id),
                 .gpu_memory_bytes = g->memory_bytes,
                 .enabled = enabled,
                 .pinned_memory_bytes = pinned,

@@ -55,8 +55,7 @@ static int nvidia_configure(Manager *m, void *data, const Config *c) {
         r = labels_nvidia_config_copy(c, &lc);
         if (r < 0)
                 return r;
-        config_free(m->nvidia_config);
-        m->nvidia_config = lc;
+        nvidia_probe_set_config(data, lc);
         r = mps_configure(&m->mps, m->event, c, probe_dbus_mps_state_changed, m);
         if (r < 0)
                 return r;
@@ -84,7 +83,7 @@ static void nvidia_log_found(const Gpu *g) {
 }
 
 static int nvidia_labels(Manager *m, void *data, Gpu * const *gpus, size_t n, char ***ret) {
-        return labels_nvidia_from_gpus(gpus, n, m->nvidia_config, ret);
+        return labels_nvidia_from_gpus(gpus, n, nvidia_probe_config(data), ret);
 }
 
 const GpuSource gpu_source_nvidia = {

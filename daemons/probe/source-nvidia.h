@@ -7,7 +7,7 @@
  * Contract: the source's state is the NvidiaProbe, also reachable as m->nvidia (the MPS
  * policy and the tests use it). check() refuses an NVIDIA tool or driver root the probe
  * must not run as root (nvidia_tools_check()); configure() keeps the part of the
- * configuration the labels and the SetMps policy read (m->nvidia_config), configures
+ * configuration the labels and the SetMps policy read (nvidia_probe_config()), configures
  * MPS control (m->mps) and the inventory; rescan() starts an inventory with a fresh
  * topology and never fails (an inventory's failures are logged by nvidia.c).
  */
