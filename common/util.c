@@ -235,6 +235,22 @@ static uint64_t random_u64(void) {
         return v;
 }
 
+/* Makes a rename into the directory of dir_fd/path (base: path's last component)
+ * durable. Best effort: the file's content was synced before the rename. */
+static void fsync_parent_at(int dir_fd, const char *path, const char *base) {
+        _cleanup_free_ char *dir = NULL;
+        _cleanup_close_ int fd = -EBADF;
+
+        if (base > path) {
+                dir = strndup(path, (size_t) (base - path));
+                if (!dir)
+                        return;
+        }
+        fd = openat(dir_fd, dir ?: ".", O_RDONLY|O_DIRECTORY|O_CLOEXEC);
+        if (fd >= 0)
+                (void) fsync(fd);
+}
+
 int write_file_atomic_at(int dir_fd, const char *path, const void *data, size_t len, unsigned mode) {
         _cleanup_free_ char *tmp = NULL;
         _cleanup_close_ int fd = -EBADF;
@@ -278,6 +294,7 @@ int write_file_atomic_at(int dir_fd, const char *path, const void *data, size_t 
                 r = negative_errno();
                 goto fail;
         }
+        fsync_parent_at(dir_fd, path, base);
         return 0;
 fail:
         (void) unlinkat(dir_fd, tmp, 0);

@@ -51,9 +51,12 @@ int free_and_strdup(char **p, const char *s);
 /* Reads a whole small file (at most max bytes, else -EFBIG), NUL-terminated, with one
  * trailing newline stripped. dir_fd may be AT_FDCWD. */
 int read_one_line_file_at(int dir_fd, const char *path, size_t max, char **ret);
-/* Writes data to dir_fd/path via a new temp file next to it (".<name>.<16 random hex
- * digits>", created with O_EXCL|O_NOFOLLOW, so nothing planted there is ever opened),
- * fsync and rename(); mode for the new file. */
+/* The one atomic file writer of kgpu: writes data to dir_fd/path via a new temp file
+ * next to it (".<name>.<16 random hex digits>", created with O_EXCL|O_NOFOLLOW, so
+ * nothing planted there is ever opened), fsync of the file, rename() over path, then
+ * fsync of the directory holding it (best effort: the content is complete either way),
+ * so that after a crash a reader finds the old or the new content, never a mix or an
+ * empty file; mode for the new file. dir_fd may be AT_FDCWD or an O_PATH fd. */
 int write_file_atomic_at(int dir_fd, const char *path, const void *data, size_t len, unsigned mode);
 
 int safe_atou32(const char *s, uint32_t *ret);   /* decimal, whole string, no sign */

@@ -2,8 +2,7 @@
 /*
  * labels-intel.c — Intel GPU node labels from the GPU list (see labels-intel.h).
  *
- * Labels are gathered in a small key/value table (a later set of the same key replaces the
- * value, which is how NFD merges rules that write the same label), then printed sorted.
+ * Labels are gathered in the shared key/value table (labels.h), then printed sorted.
  */
 
 #include <ctype.h>
@@ -16,47 +15,7 @@
 
 #include "common/util.h"
 #include "daemons/probe/labels-intel.h"
-
-typedef struct LabelTable {
-        char **keys;
-        char **values;
-        size_t n;
-} LabelTable;
-
-static void label_table_done(LabelTable *t) {
-        strv_free(t->keys);
-        strv_free(t->values);
-}
-
-static int label_set(LabelTable *t, const char *key, const char *value) {
-        int r;
-
-        for (size_t i = 0; i < t->n; i++)
-                if (streq(t->keys[i], key))
-                        return free_and_strdup(&t->values[i], value);
-        r = strv_extend(&t->keys, key);
-        if (r < 0)
-                return r;
-        r = strv_extend(&t->values, value);
-        if (r < 0)
-                return r;
-        t->n++;
-        return 0;
-}
-
-static int label_setf(LabelTable *t, const char *key, const char *fmt, ...) _printf_(3, 4);
-static int label_setf(LabelTable *t, const char *key, const char *fmt, ...) {
-        _cleanup_free_ char *v = NULL;
-        va_list ap;
-        int k;
-
-        va_start(ap, fmt);
-        k = vasprintf(&v, fmt, ap);
-        va_end(ap);
-        if (k < 0)
-                return -ENOMEM;
-        return label_set(t, key, v);
-}
+#include "daemons/probe/labels.h"
 
 static bool is_alnum_ascii(char c) {
         return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
@@ -121,7 +80,7 @@ static int label_set_split(LabelTable *t, const char *name, const char *value) {
                         key = NULL;
                 if (!key)
                         return -ENOMEM;
-                r = label_set(t, key, chunks[i]);
+                r = label_table_set(t, key, chunks[i]);
                 if (r < 0)
                         return r;
         }
@@ -321,11 +280,11 @@ static int add_platform_labels(LabelTable *t, Gpu **gpus, size_t n) {
 
                 if (c == 0)
                         continue;
-                if (rules[i].family && (r = label_set(t, LABELS_INTEL_PREFIX "family", rules[i].family)) < 0)
+                if (rules[i].family && (r = label_table_set(t, LABELS_INTEL_PREFIX "family", rules[i].family)) < 0)
                         return r;
-                if (rules[i].product && (r = label_set(t, LABELS_INTEL_PREFIX "product", rules[i].product)) < 0)
+                if (rules[i].product && (r = label_table_set(t, LABELS_INTEL_PREFIX "product", rules[i].product)) < 0)
                         return r;
-                if (rules[i].count && (r = label_setf(t, LABELS_INTEL_PREFIX "device.count", "%zu", c)) < 0)
+                if (rules[i].count && (r = label_table_setf(t, LABELS_INTEL_PREFIX "device.count", "%zu", c)) < 0)
                         return r;
         }
         return 0;
@@ -346,12 +305,12 @@ static int add_device_ids(LabelTable *t, Gpu **gpus, size_t n) {
                                 c++;
                 snprintf(key, sizeof(key), LABELS_INTEL_PREFIX "device-id.%04x-%04x.present", cls,
                          (unsigned) gpus[i]->device_id);
-                r = label_set(t, key, "true");
+                r = label_table_set(t, key, "true");
                 if (r < 0)
                         return r;
                 snprintf(key, sizeof(key), LABELS_INTEL_PREFIX "device-id.%04x-%04x.count", cls,
                          (unsigned) gpus[i]->device_id);
-                r = label_setf(t, key, "%zu", c);
+                r = label_table_setf(t, key, "%zu", c);
                 if (r < 0)
                         return r;
         }
@@ -389,9 +348,9 @@ int labels_intel_build(Gpu * const *all, size_t n_all, unsigned pci_grouping_lev
         /* No Intel GPU, no Intel label: kgpu also runs on nodes with only NVIDIA GPUs, and
          * "gpu.intel.com/tiles=0" there would still select the node for Intel rules. */
         if (n > 0) {
-                if ((r = label_setf(&t, LABELS_INTEL_PREFIX "tiles", "%" PRIu64, tiles)) < 0 ||
-                    (r = label_setf(&t, LABELS_INTEL_PREFIX "memory.max", "%" PRIu64, memory)) < 0 ||
-                    (r = label_setf(&t, LABELS_INTEL_PREFIX "millicores", "%zu", 1000 * n)) < 0)
+                if ((r = label_table_setf(&t, LABELS_INTEL_PREFIX "tiles", "%" PRIu64, tiles)) < 0 ||
+                    (r = label_table_setf(&t, LABELS_INTEL_PREFIX "memory.max", "%" PRIu64, memory)) < 0 ||
+                    (r = label_table_setf(&t, LABELS_INTEL_PREFIX "millicores", "%zu", 1000 * n)) < 0)
                         return r;
 
                 cards_joined = strv_join(cards, ".");
@@ -401,7 +360,7 @@ int labels_intel_build(Gpu * const *all, size_t n_all, unsigned pci_grouping_lev
                 r = labels_intel_split(cards_joined, LABELS_INTEL_VALUE_MAX, "Z", &cards_chunks);
                 if (r < 0)
                         return r;
-                r = label_set(&t, LABELS_INTEL_PREFIX "cards", cards_chunks[0]);
+                r = label_table_set(&t, LABELS_INTEL_PREFIX "cards", cards_chunks[0]);
                 if (r < 0)
                         return r;
                 r = label_set_split(&t, LABELS_INTEL_PREFIX "gpu-numbers", nums_joined);
@@ -423,17 +382,9 @@ int labels_intel_build(Gpu * const *all, size_t n_all, unsigned pci_grouping_lev
                         return r;
         }
 
-        for (size_t i = 0; i < t.n; i++) {
-                char *line;
-
-                if (asprintf(&line, "%s=%s", t.keys[i], t.values[i]) < 0)
-                        return -ENOMEM;
-                r = strv_consume(&lines, line);
-                if (r < 0)
-                        return r;
-        }
-        strv_sort(lines);
-
+        r = label_table_lines(&t, &lines);
+        if (r < 0)
+                return r;
         *ret = TAKE_PTR(lines);
         return 0;
 }

@@ -16,53 +16,25 @@
 
 #include "common/util.h"
 #include "daemons/probe/labels-nvidia.h"
+#include "daemons/probe/labels.h"
 
 static const char *strempty(const char *s) {
         return s ? s : "";
 }
 
-typedef struct Table {
-        char **keys;
-        char **values;
-        size_t n;
-} Table;
-
-static void table_done(Table *t) {
-        strv_free(t->keys);
-        strv_free(t->values);
-}
-
-static int table_set(Table *t, const char *key, const char *value) {
+/* Sets "<resource>.<suffix>" (resource NULL: the key is suffix as is). */
+static int table_setf(LabelTable *t, const char *resource, const char *suffix, const char *fmt, ...) _printf_(4, 5);
+static int table_setf(LabelTable *t, const char *resource, const char *suffix, const char *fmt, ...) {
+        _cleanup_free_ char *key = NULL;
+        va_list ap;
         int r;
 
-        for (size_t i = 0; i < t->n; i++)
-                if (streq(t->keys[i], key))
-                        return free_and_strdup(&t->values[i], value);
-        r = strv_extend(&t->keys, key);
-        if (r < 0)
-                return r;
-        r = strv_extend(&t->values, value);
-        if (r < 0)
-                return r;
-        t->n++;
-        return 0;
-}
-
-/* Sets "<resource>.<suffix>" (resource NULL: the key is suffix as is). */
-static int table_setf(Table *t, const char *resource, const char *suffix, const char *fmt, ...) _printf_(4, 5);
-static int table_setf(Table *t, const char *resource, const char *suffix, const char *fmt, ...) {
-        _cleanup_free_ char *key = NULL, *v = NULL;
-        va_list ap;
-        int k;
-
-        va_start(ap, fmt);
-        k = vasprintf(&v, fmt, ap);
-        va_end(ap);
-        if (k < 0)
-                return -ENOMEM;
         if (resource ? asprintf(&key, "%s.%s", resource, suffix) < 0 : !(key = strdup(suffix)))
                 return -ENOMEM;
-        return table_set(t, key, v);
+        va_start(ap, fmt);
+        r = label_table_setfv(t, key, fmt, ap);
+        va_end(ap);
+        return r;
 }
 
 const char *labels_nvidia_family(unsigned major, unsigned minor) {
@@ -155,7 +127,7 @@ static const ConfigSharedResource *sharing_entry(const Config *c, const char *re
 
 /* product, count, replicas, sharing-strategy of one resource. with_sharing false: GFD's
  * labeler "without sharing" (replicas 0). */
-static int base_labels(Table *t, const Config *c, const char *resource, bool with_sharing, size_t count,
+static int base_labels(LabelTable *t, const Config *c, const char *resource, bool with_sharing, size_t count,
                        const char *model, const char *suffix) {
         _cleanup_free_ char *m = NULL, *product = NULL;
         const ConfigSharedResource *e = NULL;
@@ -190,7 +162,7 @@ static int base_labels(Table *t, const Config *c, const char *resource, bool wit
         return 0;
 }
 
-static int gpu_labels(Table *t, const Config *c, const LabelsNvidiaGpu *g, size_t count, bool with_sharing) {
+static int gpu_labels(LabelTable *t, const Config *c, const LabelsNvidiaGpu *g, size_t count, bool with_sharing) {
         const char *res = LABELS_NVIDIA_PREFIX "gpu";
         unsigned major, minor;
         int r;
@@ -235,7 +207,7 @@ static void profile_slices(const char *profile, unsigned *ret_gi, unsigned *ret_
         *ret_ci = ci;
 }
 
-static int mig_labels(Table *t, const Config *c, const char *resource, const char *model,
+static int mig_labels(LabelTable *t, const Config *c, const char *resource, const char *model,
                       const LabelsNvidiaMig *mig, size_t count) {
         _cleanup_free_ char *suffix = NULL, *profile = NULL;
         unsigned gi, ci;
@@ -256,7 +228,7 @@ static int mig_labels(Table *t, const Config *c, const char *resource, const cha
         return 0;
 }
 
-static int mig_invalid(Table *t, const LabelsNvidiaGpu *g) {
+static int mig_invalid(LabelTable *t, const LabelsNvidiaGpu *g) {
         const char *res = LABELS_NVIDIA_PREFIX "gpu";
         _cleanup_free_ char *m = sanitise(strempty(g->product));
         int r;
@@ -271,7 +243,7 @@ static int mig_invalid(Table *t, const LabelsNvidiaGpu *g) {
         return 0;
 }
 
-static int mig_single(Table *t, const Config *c, const LabelsNvidiaGpu *gpus, size_t n) {
+static int mig_single(LabelTable *t, const Config *c, const LabelsNvidiaGpu *gpus, size_t n) {
         const LabelsNvidiaGpu *first = NULL, *first_mig_gpu = NULL;
         const LabelsNvidiaMig *mig = NULL;
         size_t count = 0;
@@ -301,7 +273,7 @@ static int mig_single(Table *t, const Config *c, const LabelsNvidiaGpu *gpus, si
         return mig_labels(t, c, LABELS_NVIDIA_PREFIX "gpu", strempty(first_mig_gpu->product), mig, count);
 }
 
-static int mig_mixed(Table *t, const Config *c, const LabelsNvidiaGpu *gpus, size_t n) {
+static int mig_mixed(LabelTable *t, const Config *c, const LabelsNvidiaGpu *gpus, size_t n) {
         int r;
 
         for (size_t i = 0; i < n; i++)
@@ -335,7 +307,7 @@ static int mig_mixed(Table *t, const Config *c, const LabelsNvidiaGpu *gpus, siz
         return 0;
 }
 
-static int version_labels(Table *t, const LabelsNvidiaGpu *g) {
+static int version_labels(LabelTable *t, const LabelsNvidiaGpu *g) {
         _cleanup_free_ char *d = NULL;
         char *parts[3] = {};
         size_t n = 0;
@@ -383,7 +355,7 @@ static int version_labels(Table *t, const LabelsNvidiaGpu *g) {
 
 int labels_nvidia_build(const LabelsNvidiaGpu *gpus, size_t n, const Config *c, char ***ret) {
         _cleanup_strv_free_ char **out = NULL;
-        _cleanup_(table_done) Table t = {};
+        _cleanup_(label_table_done) LabelTable t = {};
         ConfigMigStrategy strategy = c ? c->nvidia_mig_strategy : MIG_STRATEGY_NONE;
         const char *sharing_strategy, *mode = NULL;
         bool mig_capable = false, any_mig_on = false;
@@ -448,16 +420,9 @@ int labels_nvidia_build(const LabelsNvidiaGpu *gpus, size_t n, const Config *c, 
                         return r;
         }
 
-        for (size_t i = 0; i < t.n; i++) {
-                char *line;
-
-                if (asprintf(&line, "%s=%s", t.keys[i], t.values[i]) < 0)
-                        return -ENOMEM;
-                r = strv_consume(&out, line);
-                if (r < 0)
-                        return r;
-        }
-        strv_sort(out);
+        r = label_table_lines(&t, &out);
+        if (r < 0)
+                return r;
         *ret = TAKE_PTR(out);
         return 0;
 }

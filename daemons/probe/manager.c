@@ -3,8 +3,9 @@
  * manager.c — kgpu-probed's event loop, udev monitor and GPU table (see manager.h).
  *
  * Latency path for hot-unplug: udev monitor fd readable -> manager_handle_device() ->
- * manager_mark_removed() -> sd_bus_emit_properties_changed() (written to the bus socket
- * at once when the write queue is empty). No timers, no debouncing.
+ * the source's device_event (source-intel.c) -> manager_mark_removed() ->
+ * sd_bus_emit_properties_changed() (written to the bus socket at once when the write
+ * queue is empty). No timers, no debouncing.
  */
 
 #include <errno.h>
@@ -20,15 +21,12 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemons/probe/kubelet.h"
-#include "daemons/probe/labels-intel.h"
-#include "daemons/probe/labels-nvidia.h"
+#include "daemons/probe/labels.h"
 #include "daemons/probe/manager.h"
 #include "daemons/probe/mps.h"
-#include "daemons/probe/cdi-nvidia.h"
-#include "daemons/probe/nvidia.h"
 #include "daemons/probe/outputs.h"
 #include "daemons/probe/probe-dbus.h"
-#include "daemons/probe/udev-scan.h"
+#include "daemons/probe/source.h"
 
 /* udev events handled per wakeup, so a flood cannot starve the bus. */
 #define MANAGER_EVENTS_PER_WAKEUP 64
@@ -52,9 +50,12 @@ int manager_new(Manager **ret) {
         r = sd_event_default(&m->event);
         if (r < 0)
                 return r;
-        r = nvidia_probe_new(m, &m->nvidia);
-        if (r < 0)
-                return r;
+        for (size_t i = 0; i < gpu_sources_count; i++)
+                if (gpu_sources[i]->new) {
+                        r = gpu_sources[i]->new(m, &m->source_data[i]);
+                        if (r < 0)
+                                return r;
+                }
         r = kubelet_dir_new(m->event, probe_dbus_kubelet_changed, m, &m->kubelet);
         if (r < 0)
                 return r;
@@ -66,11 +67,12 @@ int manager_new(Manager **ret) {
 Manager *manager_free(Manager *m) {
         if (!m)
                 return NULL;
-        nvidia_probe_free(m->nvidia);
+        for (size_t i = 0; i < gpu_sources_count; i++)
+                if (gpu_sources[i]->free && m->source_data[i])
+                        gpu_sources[i]->free(m, m->source_data[i]);
         kubelet_dir_free(m->kubelet);
         /* The MPS daemons stay (see mps.h); pending SetMps calls get their error now. */
         mps_free(m->mps);
-        config_free(m->nvidia_config);
         free(m->config_error);
         sd_event_source_unref(m->outputs_source);
         free(m->feature_file);
@@ -136,60 +138,44 @@ static void manager_retire_outputs(Manager *m, const char *feature_file, const c
         }
 }
 
+void *manager_source_data(Manager *m, const GpuSource *source) {
+        for (size_t i = 0; i < gpu_sources_count; i++)
+                if (gpu_sources[i] == source)
+                        return m->source_data[i];
+        return NULL;
+}
+
 int manager_configure(Manager *m, const Config *c, const char **ret_key) {
-        uint64_t override = 0, reserved = 0;
         int r;
 
         /* Checked before anything changes: a refused reload leaves all as it was. */
         m->config_error = mfree(m->config_error);
-        r = nvidia_tools_check(c, &m->config_error);
-        if (r == -EPERM) {
-                *ret_key = m->config_error;
-                return -EINVAL;
+        for (size_t i = 0; i < gpu_sources_count; i++)
+                if (gpu_sources[i]->check) {
+                        r = gpu_sources[i]->check(m, m->source_data[i], c, ret_key);
+                        if (r < 0)
+                                return r;
+                }
+        r = kubelet_dir_configure(m->kubelet, c);
+        if (r == -EINVAL) {
+                *ret_key = "kubelet.devicePluginPath, kubelet.socket or kubelet.podResourcesSocket: "
+                           "expected an absolute path to a file";
+                return r;
         }
         if (r < 0)
                 return r;
 
-        if (c->intel_memory_override && gpu_parse_memory_env(c->intel_memory_override, &override) < 0) {
-                *ret_key = "intel.memoryOverride (GPU_MEMORY_OVERRIDE): expected a byte count";
-                return -EINVAL;
-        }
-        if (c->intel_memory_reserved && gpu_parse_memory_env(c->intel_memory_reserved, &reserved) < 0) {
-                *ret_key = "intel.memoryReserved (GPU_MEMORY_RESERVED): expected a byte count";
-                return -EINVAL;
-        }
         manager_retire_outputs(m, c->labels_feature_file, c->cdi_spec_directory);
         if (free_and_strdup(&m->feature_file, c->labels_feature_file) < 0 ||
             free_and_strdup(&m->cdi_directory, c->cdi_spec_directory) < 0)
                 return -ENOMEM;
-        m->memory_override = override;
-        m->memory_reserved = reserved;
-        m->pci_grouping_level = MIN(c->intel_pci_grouping_level, (uint32_t) LABELS_INTEL_PCI_LEVEL_MAX);
-        {
-                Config *lc = NULL;
-                int k;
-
-                k = labels_nvidia_config_copy(c, &lc);
-                if (k < 0)
-                        return k;
-                config_free(m->nvidia_config);
-                m->nvidia_config = lc;
-                k = mps_configure(&m->mps, m->event, c, probe_dbus_mps_state_changed, m);
-                if (k < 0)
-                        return k;
-        }
-        {
-                int k = kubelet_dir_configure(m->kubelet, c);
-
-                if (k == -EINVAL) {
-                        *ret_key = "kubelet.devicePluginPath, kubelet.socket or kubelet.podResourcesSocket: "
-                                   "expected an absolute path to a file";
-                        return k;
+        for (size_t i = 0; i < gpu_sources_count; i++)
+                if (gpu_sources[i]->configure) {
+                        r = gpu_sources[i]->configure(m, m->source_data[i], c);
+                        if (r < 0)
+                                return r;
                 }
-                if (k < 0)
-                        return k;
-        }
-        return nvidia_probe_configure(m->nvidia, c);
+        return 0;
 }
 
 int manager_write_outputs(Manager *m) {
@@ -199,55 +185,23 @@ int manager_write_outputs(Manager *m) {
                 return 0;
 
         if (m->feature_file) {
-                _cleanup_strv_free_ char **labels = NULL;
-                _cleanup_free_ char *text = NULL;
+                _cleanup_strv_free_ char **lines = NULL;
 
-                k = labels_intel_build(m->gpus, m->n_gpus, m->pci_grouping_level, &labels);
+                k = labels_build(m, &lines);
                 if (k >= 0)
-                        k = outputs_add_nvidia_labels(&labels, m->gpus, m->n_gpus, m->nvidia_config);
-                if (k >= 0 && strv_length(labels) == 0) {
-                        /* No GPU: no label, and no file NFD would have to read. */
-                        k = outputs_remove_feature_file(m->feature_file);
-                        if (k == -EEXIST) {
-                                log_debug("%s was not written by kgpu, leaving it.", m->feature_file);
-                                k = 0;
-                        }
-                } else if (k >= 0) {
-                        text = strv_join(labels, "\n");
-                        k = text ? 0 : -ENOMEM;
-                }
-                if (k >= 0 && text) {
-                        _cleanup_free_ char *t = NULL;
-
-                        if (asprintf(&t, "%s\n", text) < 0)
-                                k = -ENOMEM;
-                        else
-                                k = outputs_write_atomic(m->feature_file, t, strlen(t));
-                }
+                        k = labels_write_feature_file(m->feature_file, lines);
                 if (k < 0) {
                         log_warning_errno(k, "Failed to write the node labels to %s, ignoring: %m", m->feature_file);
                         r = k;
                 }
         }
-        if (m->cdi_directory) {
-                _cleanup_free_ char *spec = NULL, *path = NULL;
-
-                k = outputs_cdi_spec(m->gpus, m->n_gpus, &spec);
-                if (k >= 0 && asprintf(&path, "%s/%s", m->cdi_directory, OUTPUTS_CDI_FILE) < 0)
-                        k = -ENOMEM;
-                /* CDI refuses a spec without devices: no GPU, no file. */
-                if (k == 0)
-                        k = unlink(path) < 0 && errno != ENOENT ? negative_errno() : 0;
-                else if (k > 0)
-                        k = outputs_write_atomic(path, spec, strlen(spec));
+        for (size_t i = 0; m->cdi_directory && i < gpu_sources_count; i++) {
+                if (!gpu_sources[i]->cdi_write)
+                        continue;
+                k = gpu_sources[i]->cdi_write(m->cdi_directory, m->gpus, m->n_gpus);
                 if (k < 0) {
-                        log_warning_errno(k, "Failed to write the CDI spec to %s, ignoring: %m", m->cdi_directory);
-                        if (r == 0)
-                                r = k;
-                }
-                k = cdi_nvidia_write(m->cdi_directory, m->gpus, m->n_gpus);
-                if (k < 0) {
-                        log_warning_errno(k, "Failed to write the NVIDIA CDI spec to %s, ignoring: %m", m->cdi_directory);
+                        log_warning_errno(k, "Failed to write the %s CDI spec to %s, ignoring: %m",
+                                          gpu_sources[i]->name, m->cdi_directory);
                         if (r == 0)
                                 r = k;
                 }
@@ -328,11 +282,10 @@ int manager_remove_gpu(Manager *m, const char *id) {
 }
 
 static void log_gpu_found(const Gpu *g) {
-        if (streq(g->vendor, "nvidia")) {
-                log_struct(LOG_INFO, KGPU_MESSAGE_GPU_ADDED,
-                           "Found NVIDIA GPU %s (index %d, %s, %s, %" PRIu64 " bytes, MIG %s, %zu MIG devices, "
-                           "NUMA node %d).", g->id, g->index, g->product, g->pci_address, g->memory_bytes,
-                           isempty(g->mig_mode) ? "not capable" : g->mig_mode, g->n_mig_devices, g->numa_node);
+        const GpuSource *source = gpu_source_find(g->vendor);
+
+        if (source && source->log_found) {
+                source->log_found(g);
                 return;
         }
         log_struct(LOG_INFO, KGPU_MESSAGE_GPU_ADDED,
@@ -372,7 +325,7 @@ int manager_upsert_gpu(Manager *m, Gpu *g) {
                 return 0;
         }
 
-        if (m->n_gpus >= UDEV_SCAN_GPUS_MAX) {
+        if (m->n_gpus >= MANAGER_GPUS_MAX) {
                 log_debug("GPU table full, ignoring %s.", g->id);
                 return 0;
         }
@@ -400,16 +353,25 @@ int manager_upsert_gpu(Manager *m, Gpu *g) {
         return 1;
 }
 
-static int manager_set_gpu_removed(Manager *m, Gpu *g) {
+int manager_set_gpu_health(Manager *m, Gpu *g, const char *health, const char *reason) {
         char *names[] = { (char *) "Health", (char *) "HealthReason", NULL };
         int r;
 
-        r = gpu_set_health(g, GPU_UNHEALTHY, "removed");
+        r = gpu_set_health(g, health, reason);
         if (r <= 0)
                 return r;
         r = probe_dbus_emit_gpu_changed(m, g, names);
         if (r < 0)
                 log_debug_errno(r, "Failed to emit PropertiesChanged for %s, ignoring: %m", g->id);
+        return 1;
+}
+
+int manager_mark_gpu_removed(Manager *m, Gpu *g) {
+        int r;
+
+        r = manager_set_gpu_health(m, g, GPU_UNHEALTHY, "removed");
+        if (r <= 0)
+                return r;
         log_struct(LOG_WARNING, KGPU_MESSAGE_GPU_REMOVED,
                    "GPU %s (%s) was removed, marking it unhealthy.", g->id, g->card_node);
         manager_notify_status(m);
@@ -424,99 +386,23 @@ int manager_mark_removed(Manager *m, const char *syspath) {
                 Gpu *g = m->gpus[i];
 
                 if (streq(g->card_syspath, syspath) || streq(g->render_syspath, syspath))
-                        return manager_set_gpu_removed(m, g);
+                        return manager_mark_gpu_removed(m, g);
         }
         return 0;
 }
 
-int manager_recheck_pf(Manager *m, const char *pf_address) {
-        _cleanup_(udev_device_unrefp) struct udev_device *pci = NULL;
-        Gpu *g = NULL, *old;
-        int r;
-
-        if (!m->udev || !gpu_pci_address_is_valid(pf_address))
-                return 0;
-        pci = udev_device_new_from_subsystem_sysname(m->udev, "pci", pf_address);
-        if (!pci)
-                return 0;
-        r = udev_scan_read_gpu(m->udev, pci, &g);
-        if (r < 0)
-                return r;
-        if (r > 0) {
-                /* VFs disabled: the PF is a GPU (again). */
-                gpu_apply_memory_policy(g, m->memory_override, m->memory_reserved);
-                return manager_upsert_gpu(m, g);
-        }
-
-        /* VFs enabled on a PF we serve: it stays with the host from now on. */
-        old = manager_find_gpu(m, pf_address);
-        if (!old || !streq(old->health, GPU_HEALTHY))
-                return 0;
-        r = gpu_set_health(old, GPU_UNHEALTHY, GPU_REASON_SRIOV_PF);
-        if (r <= 0)
-                return r;
-        {
-                char *names[] = { (char *) "Health", (char *) "HealthReason", NULL };
-
-                r = probe_dbus_emit_gpu_changed(m, old, names);
-                if (r < 0)
-                        log_debug_errno(r, "Failed to emit PropertiesChanged for %s, ignoring: %m", old->id);
-        }
-        log_struct(LOG_NOTICE, KGPU_MESSAGE_GPU_HEALTH,
-                   "GPU %s has SR-IOV VFs enabled now, no longer serving it (its VFs are served).", old->id);
-        manager_notify_status(m);
-        manager_schedule_outputs(m);
-        return 1;
-}
-
 int manager_handle_device(Manager *m, struct udev_device *d) {
-        _cleanup_(udev_device_unrefp) struct udev_device *pci = NULL;
-        const char *action = udev_device_get_action(d);
-        Gpu *g;
-        int r;
+        int r = 0;
 
-        if (gpu_node_kind_from_sysname(udev_device_get_sysname(d)) == GPU_NODE_NONE)
-                return 0;
+        /* Every source sees the event; the first that did something (or failed) answers. */
+        for (size_t i = 0; i < gpu_sources_count; i++)
+                if (gpu_sources[i]->device_event) {
+                        int k = gpu_sources[i]->device_event(m, m->source_data[i], d);
 
-        if (streq(action, "remove")) {
-                const char *syspath = udev_device_get_syspath(d);
-
-                r = manager_mark_removed(m, syspath);
-                /* A VF going away (VFs being disabled): its PF may be a GPU again. */
-                for (size_t i = 0; r > 0 && i < m->n_gpus; i++)
-                        if ((streq(m->gpus[i]->card_syspath, syspath) ||
-                             streq(m->gpus[i]->render_syspath, syspath)) &&
-                            !isempty(m->gpus[i]->physical_function)) {
-                                _cleanup_free_ char *pf = strdup(m->gpus[i]->physical_function);
-
-                                if (pf)
-                                        (void) manager_recheck_pf(m, pf);
-                                break;
-                        }
-                return r;
-        }
-
-        if (!streq(action, "add") && !streq(action, "change") && !streq(action, "bind") &&
-            !streq(action, "move"))
-                return 0;
-
-        pci = udev_scan_pci_parent(d);
-        if (!pci)
-                return 0;
-        r = udev_scan_read_gpu(m->udev, pci, &g);
-        if (r <= 0)
-                return r;
-        gpu_apply_memory_policy(g, m->memory_override, m->memory_reserved);
-        if (!isempty(g->physical_function)) {
-                _cleanup_free_ char *pf = strdup(g->physical_function);
-
-                r = manager_upsert_gpu(m, g);
-                /* A VF appeared: its PF has VFs enabled and is no GPU to serve any more. */
-                if (r >= 0 && pf)
-                        (void) manager_recheck_pf(m, pf);
-                return r;
-        }
-        return manager_upsert_gpu(m, g);
+                        if (r == 0)
+                                r = k;
+                }
+        return r;
 }
 
 static int on_udev_event(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
@@ -549,39 +435,36 @@ static int on_udev_event(sd_event_source *s, int fd, uint32_t revents, void *use
 }
 
 int manager_rescan(Manager *m) {
-        Gpu **found = NULL;
-        int r, n;
+        int r;
 
-        n = udev_scan_enumerate(m->udev, &found);
-        if (n < 0)
-                return n;
+        /* In table order; the first failure stops (nothing later is read with it). */
+        for (size_t i = 0; i < gpu_sources_count; i++)
+                if (gpu_sources[i]->rescan) {
+                        r = gpu_sources[i]->rescan(m, m->source_data[i]);
+                        if (r < 0)
+                                return r;
+                }
+        return 0;
+}
 
-        /* GPUs we know that are gone now are kept, unhealthy (NVIDIA's: see nvidia.c). */
-        for (size_t i = 0; i < m->n_gpus; i++) {
-                bool present = streq(m->gpus[i]->vendor, "nvidia");
+int manager_wait_initial(Manager *m) {
+        int r;
 
-                for (Gpu **f = found; *f; f++)
-                        if (streq((*f)->id, m->gpus[i]->id)) {
-                                present = true;
-                                break;
-                        }
-                if (!present)
-                        (void) manager_set_gpu_removed(m, m->gpus[i]);
-        }
+        for (size_t i = 0; i < gpu_sources_count; i++)
+                if (gpu_sources[i]->wait_initial) {
+                        r = gpu_sources[i]->wait_initial(m, m->source_data[i]);
+                        if (r < 0)
+                                return r;
+                }
+        return 0;
+}
 
-        r = 0;
-        for (Gpu **f = found; *f; f++) {
-                int k;
-
-                gpu_apply_memory_policy(*f, m->memory_override, m->memory_reserved);
-                k = manager_upsert_gpu(m, TAKE_PTR(*f));
-
-                if (k < 0 && r == 0)
-                        r = k;
-        }
-        free(found);
-        (void) nvidia_probe_inventory(m->nvidia, true);
-        return r;
+int manager_reply_when_done(Manager *m, sd_bus_message *message) {
+        for (size_t i = 0; i < gpu_sources_count; i++)
+                if (gpu_sources[i]->reply_when_done &&
+                    gpu_sources[i]->reply_when_done(m, m->source_data[i], message) > 0)
+                        return 1;
+        return 0;
 }
 
 static int manager_start_udev(Manager *m) {
@@ -648,7 +531,7 @@ int manager_start(Manager *m) {
         r = manager_rescan(m);
         if (r < 0)
                 return log_error_errno(r, "Failed to enumerate GPUs: %m");
-        r = nvidia_probe_wait_initial(m->nvidia);
+        r = manager_wait_initial(m);
         if (r < 0)
                 return r;
 

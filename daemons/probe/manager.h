@@ -2,6 +2,8 @@
 /*
  * manager.h — kgpu-probed's state: the event loop, the bus, libudev and the GPU table.
  *
+ * Vendor code sits behind the GPU sources (source.h): the manager creates, configures,
+ * rescans and asks them in table order and never asks which vendor a GPU belongs to.
  * The Manager owns every Gpu (kept sorted by id, never removed: a GPU that disappears
  * stays exported as Unhealthy/"removed"). udev events are read from a udev_monitor on
  * the sd-event loop and applied directly, with no timer in between, so a remove event
@@ -23,6 +25,10 @@
 #include "common/cleanup.h"
 #include "common/config.h"
 #include "daemons/probe/gpu.h"
+#include "daemons/probe/source.h"
+
+/* Most GPUs the probe tracks; further ones are ignored. */
+#define MANAGER_GPUS_MAX 256
 
 typedef struct Manager {
         sd_event *event;
@@ -34,19 +40,18 @@ typedef struct Manager {
         Gpu **gpus;             /* sorted by id */
         size_t n_gpus;
 
-        /* Intel options and the generated files (labels, CDI spec). */
-        uint64_t memory_override;       /* GPU_MEMORY_OVERRIDE */
-        uint64_t memory_reserved;       /* GPU_MEMORY_RESERVED */
-        unsigned pci_grouping_level;    /* GPU_PCI_GROUPING_LEVEL */
+        /* Each GPU source's state, by its place in gpu_sources[] (source.h). */
+        void *source_data[GPU_SOURCES_MAX];
+
+        /* The generated files (labels, CDI specs). */
         char *feature_file;             /* NFD feature file, NULL: none */
         char *cdi_directory;            /* CDI spec directory, NULL: none */
         sd_event_source *outputs_source; /* defer: rewrite them once per loop iteration */
         bool publishing;                /* the bus name is ours: the files may be written */
 
-        struct NvidiaProbe *nvidia;     /* NVIDIA inventory and health (nvidia.c) */
+        struct NvidiaProbe *nvidia;     /* the NVIDIA source's state (source-nvidia.c, owned
+                                         * by source_data), for the MPS policy and tests */
         struct Mps *mps;                /* MPS control daemons, SetMps (mps.c) */
-        Config *nvidia_config;          /* what the NVIDIA labels and the SetMps policy read of the
-                                         * config (labels_nvidia_config_copy()) */
 
         struct KubeletDir *kubelet;     /* the kubelet's directories, for grpcd (kubelet.c) */
 
@@ -65,10 +70,11 @@ int manager_set_broker_user(Manager *m, const char *user);
 /* Resolves the front end's user (NULL or unknown: only root may call io.kgpu.Kubelet1). */
 int manager_set_grpc_user(Manager *m, const char *user);
 
-/* Takes the Intel options, output paths and kubelet paths from the configuration. Returns
- * -EINVAL and the offending key with what was expected in *ret_key (valid until the next
- * call) for an invalid GPU_MEMORY_* value or kubelet path, or an NVIDIA tool or driver
- * root the probe must not run as root (nvidia_tools_check()). When a publishing probe's labels.featureFile or
+/* Takes the output paths, the kubelet paths and each GPU source's options from the
+ * configuration. Returns -EINVAL and the offending key with what was expected in *ret_key
+ * (valid until the next call) for an invalid kubelet path or a value a source refuses
+ * (its check(), e.g. a GPU_MEMORY_* value, or an NVIDIA tool or driver root the probe
+ * must not run as root), having changed nothing. When a publishing probe's labels.featureFile or
  * cdi.specDirectory changes, kgpu's files at the old place are removed (the new place is
  * written by the caller's next manager_write_outputs()). */
 int manager_configure(Manager *m, const Config *c, const char **ret_key);
@@ -85,11 +91,22 @@ int manager_write_outputs(Manager *m);
  * Logs failures. */
 int manager_start(Manager *m);
 
-/* Re-enumerates and reconciles the GPU table with the result; emits the signals. */
+/* Asks every source to read its GPUs again and reconcile the GPU table (the signals go
+ * out as the table changes); the first failure stops and is returned. */
 int manager_rescan(Manager *m);
 
-/* Applies one udev event (action, drm device). Exposed for tests. */
+/* Runs the event loop until every source's first rescan is complete (source.h). */
+int manager_wait_initial(Manager *m);
+
+/* Replies to a Rescan call once the sources' asynchronous rescans ended: returns 1 if a
+ * source took message, 0 when none runs (the caller replies itself). */
+int manager_reply_when_done(Manager *m, sd_bus_message *message);
+
+/* Hands one udev event (action, drm device) to the sources. Exposed for tests. */
 int manager_handle_device(Manager *m, struct udev_device *d);
+
+/* The state of source (source.h), or NULL if it is not in the table. */
+void *manager_source_data(Manager *m, const GpuSource *source);
 
 Gpu *manager_find_gpu(Manager *m, const char *id);
 
@@ -101,10 +118,13 @@ int manager_upsert_gpu(Manager *m, Gpu *g);
  * Returns 1 if a GPU changed, 0 if none matched or it was already unhealthy. */
 int manager_mark_removed(Manager *m, const char *syspath);
 
-/* Re-reads the SR-IOV PF at pf_address after one of its VFs came or went: a served PF
- * that has VFs enabled now turns Unhealthy (reason GPU_REASON_SRIOV_PF), one whose VFs
- * are disabled is read as a GPU again. Returns 1 if anything changed. */
-int manager_recheck_pf(Manager *m, const char *pf_address);
+/* Marks g Unhealthy "removed" (logged, signalled, outputs rescheduled). Returns 1 if it
+ * changed, 0 if it already was. */
+int manager_mark_gpu_removed(Manager *m, Gpu *g);
+
+/* Sets g's health and reason and emits PropertiesChanged for them. Returns 1 if they
+ * changed, 0 if not; the caller logs and reschedules. */
+int manager_set_gpu_health(Manager *m, Gpu *g, const char *health, const char *reason);
 
 /* Takes a GPU off the bus (InterfacesRemoved) and out of the table (NVIDIA GPUs that
  * nvidia-smi no longer lists). Returns 1 if it was there. */

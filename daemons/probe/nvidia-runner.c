@@ -232,34 +232,9 @@ static int run_prepare_signals(void) {
         return 0;
 }
 
-int nvidia_run_start(sd_event *event, const char *path, char * const *argv, const NvidiaRunOptions *opts,
-                     NvidiaRunCallback callback, void *userdata, NvidiaRun **ret) {
+static int run_new(sd_event *event, size_t output_max, NvidiaRunCallback callback, void *userdata,
+                   NvidiaRun **ret) {
         _cleanup_(nvidia_run_freep) NvidiaRun *run = NULL;
-        _cleanup_close_ int out_w = -EBADF, err_w = -EBADF, in_r = -EBADF;
-        posix_spawn_file_actions_t fa;
-        posix_spawnattr_t attr;
-        NvidiaRunOptions o = opts ? *opts : (NvidiaRunOptions) {};
-        int fds[2], r;
-        size_t argc;
-        pid_t pid;
-
-        if (!event || !callback || !ret || isempty(path) || path[0] != '/' || !argv || !argv[0])
-                return -EINVAL;
-        argc = strv_length((char **) argv);
-        if (argc > NVIDIA_RUN_ARGV_MAX)
-                return -E2BIG;
-        if (o.stdin_len > NVIDIA_RUN_STDIN_MAX || (o.stdin_len > 0 && !o.stdin_data))
-                return -EINVAL;
-        if (o.timeout_usec == 0)
-                o.timeout_usec = NVIDIA_RUN_TIMEOUT_USEC_DEFAULT;
-        if (o.output_max == 0)
-                o.output_max = NVIDIA_RUN_OUTPUT_MAX_DEFAULT;
-        if (o.output_max > 64U * 1024U * 1024U)
-                return -EINVAL;
-
-        r = run_prepare_signals();
-        if (r < 0)
-                return r;
 
         run = calloc(1, sizeof(NvidiaRun));
         if (!run)
@@ -269,16 +244,26 @@ int nvidia_run_start(sd_event *event, const char *path, char * const *argv, cons
                 .out.fd = -EBADF,
                 .err.fd = -EBADF,
                 .in_fd = -EBADF,
-                .output_max = o.output_max,
+                .output_max = output_max,
                 .callback = callback,
                 .userdata = userdata,
                 .exit_status = -1,
         };
-        run->out.data = malloc(o.output_max + 1);
-        run->err.data = malloc(o.output_max + 1);
+        run->out.data = malloc(output_max + 1);
+        run->err.data = malloc(output_max + 1);
         if (!run->out.data || !run->err.data)
                 return -ENOMEM;
         run->out.data[0] = run->err.data[0] = 0;
+        *ret = TAKE_PTR(run);
+        return 0;
+}
+
+/* Our ends non-blocking in run, the child's (blocking) in the ret_* fds; stdin only
+ * with data to send. */
+static int run_open_pipes(NvidiaRun *run, const NvidiaRunOptions *o, int *ret_out_w, int *ret_err_w,
+                          int *ret_in_r) {
+        _cleanup_close_ int out_w = -EBADF, err_w = -EBADF, in_r = -EBADF;
+        int fds[2];
 
         if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) < 0)
                 return -errno;
@@ -288,12 +273,12 @@ int nvidia_run_start(sd_event *event, const char *path, char * const *argv, cons
                 return -errno;
         run->err.fd = fds[0];
         err_w = fds[1];
-        if (o.stdin_len > 0) {
-                run->in_data = malloc(o.stdin_len);
+        if (o->stdin_len > 0) {
+                run->in_data = malloc(o->stdin_len);
                 if (!run->in_data)
                         return -ENOMEM;
-                memcpy(run->in_data, o.stdin_data, o.stdin_len);
-                run->in_len = o.stdin_len;
+                memcpy(run->in_data, o->stdin_data, o->stdin_len);
+                run->in_len = o->stdin_len;
                 if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) < 0)
                         return -errno;
                 in_r = fds[0];
@@ -305,14 +290,29 @@ int nvidia_run_start(sd_event *event, const char *path, char * const *argv, cons
         /* The write ends are blocking for the child too. */
         if (fcntl(out_w, F_SETFL, 0) < 0 || fcntl(err_w, F_SETFL, 0) < 0)
                 return -errno;
+        *ret_out_w = TAKE_FD(out_w);
+        *ret_err_w = TAKE_FD(err_w);
+        *ret_in_r = TAKE_FD(in_r);
+        return 0;
+}
+
+/* The child: default signal dispositions, nothing blocked, stdin from in_r (or
+ * /dev/null), stdout and stderr into the pipes. Returns a positive errno on failure
+ * (posix_spawn's convention). */
+static int run_spawn(NvidiaRun *run, const char *path, char * const *argv, char * const *env,
+                     int in_r, int out_w, int err_w) {
+        posix_spawn_file_actions_t fa;
+        posix_spawnattr_t attr;
+        pid_t pid;
+        int r;
 
         r = posix_spawn_file_actions_init(&fa);
         if (r != 0)
-                return -r;
+                return r;
         r = posix_spawnattr_init(&attr);
         if (r != 0) {
                 posix_spawn_file_actions_destroy(&fa);
-                return -r;
+                return r;
         }
         {
                 sigset_t none, all;
@@ -334,21 +334,24 @@ int nvidia_run_start(sd_event *event, const char *path, char * const *argv, cons
                 r = posix_spawn_file_actions_adddup2(&fa, err_w, STDERR_FILENO);
         if (r == 0) {
                 run->start_usec = now_usec(CLOCK_MONOTONIC);
-                r = posix_spawn(&pid, path, &fa, &attr, argv, o.env ? o.env : environ);
+                r = posix_spawn(&pid, path, &fa, &attr, argv, env);
         }
         posix_spawn_file_actions_destroy(&fa);
         posix_spawnattr_destroy(&attr);
         if (r != 0)
-                return -r;
+                return r;
         run->pid = pid;
-        out_w = safe_close(out_w);
-        err_w = safe_close(err_w);
-        in_r = safe_close(in_r);
+        return 0;
+}
 
-        r = sd_event_add_child(event, &run->child_source, pid, WEXITED, on_child, run);
+/* The event sources of a started child: its exit, its output, its stdin, the timeout. */
+static int run_watch(NvidiaRun *run, sd_event *event, uint64_t timeout_usec) {
+        int r;
+
+        r = sd_event_add_child(event, &run->child_source, run->pid, WEXITED, on_child, run);
         if (r < 0) {
-                (void) kill(pid, SIGKILL);
-                (void) waitpid(pid, NULL, 0);
+                (void) kill(run->pid, SIGKILL);
+                (void) waitpid(run->pid, NULL, 0);
                 return r;
         }
         r = sd_event_source_set_child_process_own(run->child_source, true);
@@ -370,8 +373,48 @@ int nvidia_run_start(sd_event *event, const char *path, char * const *argv, cons
                 if (r < 0)
                         return r;
         }
-        r = sd_event_add_time_relative(event, &run->timer_source, CLOCK_MONOTONIC, o.timeout_usec, 0,
-                                       on_timeout, run);
+        return sd_event_add_time_relative(event, &run->timer_source, CLOCK_MONOTONIC, timeout_usec, 0,
+                                          on_timeout, run);
+}
+
+int nvidia_run_start(sd_event *event, const char *path, char * const *argv, const NvidiaRunOptions *opts,
+                     NvidiaRunCallback callback, void *userdata, NvidiaRun **ret) {
+        _cleanup_(nvidia_run_freep) NvidiaRun *run = NULL;
+        _cleanup_close_ int out_w = -EBADF, err_w = -EBADF, in_r = -EBADF;
+        NvidiaRunOptions o = opts ? *opts : (NvidiaRunOptions) {};
+        size_t argc;
+        int r;
+
+        if (!event || !callback || !ret || isempty(path) || path[0] != '/' || !argv || !argv[0])
+                return -EINVAL;
+        argc = strv_length((char **) argv);
+        if (argc > NVIDIA_RUN_ARGV_MAX)
+                return -E2BIG;
+        if (o.stdin_len > NVIDIA_RUN_STDIN_MAX || (o.stdin_len > 0 && !o.stdin_data))
+                return -EINVAL;
+        if (o.timeout_usec == 0)
+                o.timeout_usec = NVIDIA_RUN_TIMEOUT_USEC_DEFAULT;
+        if (o.output_max == 0)
+                o.output_max = NVIDIA_RUN_OUTPUT_MAX_DEFAULT;
+        if (o.output_max > 64U * 1024U * 1024U)
+                return -EINVAL;
+
+        r = run_prepare_signals();
+        if (r < 0)
+                return r;
+        r = run_new(event, o.output_max, callback, userdata, &run);
+        if (r < 0)
+                return r;
+        r = run_open_pipes(run, &o, &out_w, &err_w, &in_r);
+        if (r < 0)
+                return r;
+        r = run_spawn(run, path, argv, o.env ? o.env : environ, in_r, out_w, err_w);
+        if (r != 0)
+                return -r;
+        out_w = safe_close(out_w);
+        err_w = safe_close(err_w);
+        in_r = safe_close(in_r);
+        r = run_watch(run, event, o.timeout_usec);
         if (r < 0)
                 return r;
 

@@ -5,7 +5,8 @@
  * One inventory is a chain of nvidia-smi runs on the event loop (query -> -L -> -q ->
  * [summary] -> [topo -m]); each callback stores its answer and starts the next, the
  * last one builds the Gpu objects (nvidia_build_gpus, pure) and reconciles the
- * manager's table. Health polls are one --query-gpu run each, off a timer.
+ * manager's table. Health polls are one --query-gpu run each, off a timer. The pure
+ * part, from parsed answers to Gpu objects, is nvidia-build.c.
  */
 
 #include <errno.h>
@@ -26,8 +27,6 @@
 #include "daemons/probe/nvidia.h"
 #include "daemons/probe/probe-dbus.h"
 
-#define NVIDIA_VENDOR_ID 0x10deU
-#define NVIDIA_PCI_CLASS_3D 0x030200U
 #define NVIDIA_POLL_TIMEOUT_MAX_USEC (10U * 1000U * 1000U)
 #define NVIDIA_POLL_TIMEOUT_MIN_USEC (1U * 1000U * 1000U)
 #define NVIDIA_WAITERS_MAX 64U
@@ -73,6 +72,7 @@ struct NvidiaProbe {
         NvidiaTopology *topology;       /* cache */
         int last_error;
         char *last_message;
+        Config *config;                 /* what the labels and the SetMps policy read */
         unsigned n_inventories;
         sd_bus_message *waiters[NVIDIA_WAITERS_MAX];
         size_t n_waiters;
@@ -117,6 +117,7 @@ NvidiaProbe *nvidia_probe_free(NvidiaProbe *p) {
         inventory_reset(p);
         free(p->topology);
         free(p->last_message);
+        config_free(p->config);
         free(p->driver_root);
         free(p->smi_configured);
         free(p->smi);
@@ -133,286 +134,17 @@ int nvidia_probe_last_error(const NvidiaProbe *p, const char **ret_message) {
         return p->last_error;
 }
 
+const Config *nvidia_probe_config(const NvidiaProbe *p) {
+        return p ? p->config : NULL;
+}
+
+void nvidia_probe_set_config(NvidiaProbe *p, Config *c) {
+        config_free(p->config);
+        p->config = c;
+}
+
 uint64_t nvidia_probe_n_polls(const NvidiaProbe *p) {
         return p->n_polls;
-}
-
-/* ---- pure helpers ---- */
-
-int nvidia_mig_minor_lookup(const char *text, uint32_t gpu_minor, uint32_t gi, int32_t ci, uint32_t *ret) {
-        char want[96];
-        size_t wl;
-
-        if (!text)
-                return -ENOENT;
-        if (ci < 0)
-                (void) snprintf(want, sizeof(want), "gpu%" PRIu32 "/gi%" PRIu32 "/access", gpu_minor, gi);
-        else
-                (void) snprintf(want, sizeof(want), "gpu%" PRIu32 "/gi%" PRIu32 "/ci%" PRId32 "/access",
-                                gpu_minor, gi, ci);
-        wl = strlen(want);
-        for (const char *l = text; *l; ) {
-                const char *e = strchr(l, '\n') ?: l + strlen(l);
-
-                if ((size_t) (e - l) > wl && strncmp(l, want, wl) == 0 && l[wl] == ' ') {
-                        const char *v = l + wl;
-                        uint32_t minor = 0;
-                        size_t digits = 0;
-
-                        while (v < e && *v == ' ')
-                                v++;
-                        for (; v < e && *v >= '0' && *v <= '9' && digits < 7; v++, digits++)
-                                minor = minor * 10 + (uint32_t) (*v - '0');
-                        if (digits > 0 && (v == e || *v == '\r' || *v == ' ')) {
-                                *ret = minor;
-                                return 0;
-                        }
-                        return -EBADMSG;
-                }
-                l = *e ? e + 1 : e;
-        }
-        return -ENOENT;
-}
-
-/* "1g.10gb" -> 10 GiB; "1c.3g.71gb" -> 71 GiB; 0 when the name says nothing. */
-static uint64_t profile_memory_bytes(const char *profile) {
-        const char *p = strrchr(profile, '.');
-        uint64_t gb = 0;
-        size_t digits = 0;
-
-        if (!p)
-                return 0;
-        for (p++; *p >= '0' && *p <= '9' && digits < 6; p++, digits++)
-                gb = gb * 10 + (uint64_t) (*p - '0');
-        if (digits == 0 || strncmp(p, "gb", 2) != 0)
-                return 0;
-        return gb << 30;
-}
-
-static const NvidiaQGpu *q_gpu_find(const NvidiaQGpu *q, size_t n, const char *pci) {
-        for (size_t i = 0; i < n && !isempty(pci); i++)
-                if (streq(q[i].pci_address, pci))
-                        return &q[i];
-        return NULL;
-}
-
-static int build_mig_devices(Gpu *g, const NvidiaGpu *row, uint32_t minor,
-                             const NvidiaMigDevice *migs, size_t n_migs,
-                             const NvidiaQMigDevice *q_migs, size_t n_q_migs, const char *mig_minors) {
-        GpuMigDevice l[GPU_MIG_DEVICES_MAX] = {};
-        char *nodes[GPU_MIG_DEVICES_MAX][3] = {};
-        char paths[GPU_MIG_DEVICES_MAX][2][64];
-        size_t n = 0;
-
-        for (size_t i = 0; i < n_migs; i++) {
-                const NvidiaMigDevice *d = &migs[i];
-                const NvidiaQMigDevice *q = NULL;
-                uint32_t gi = 0, ci = 0, cap;
-                bool ids = false;
-                size_t k = 0;
-
-                if (d->gpu_index != row->index)
-                        continue;
-                if (n >= GPU_MIG_DEVICES_MAX)
-                        return -E2BIG;
-                for (size_t j = 0; j < n_q_migs; j++)
-                        if (streq(q_migs[j].pci_address, row->pci_address) &&
-                            q_migs[j].device_index == d->device_index) {
-                                q = &q_migs[j];
-                                break;
-                        }
-                if (q) {
-                        gi = q->gi_id;
-                        ci = q->ci_id;
-                        ids = true;
-                } else if (d->gi_id >= 0 && d->ci_id >= 0) {
-                        gi = (uint32_t) d->gi_id;
-                        ci = (uint32_t) d->ci_id;
-                        ids = true;
-                }
-                if (ids && nvidia_mig_minor_lookup(mig_minors, minor, gi, -1, &cap) >= 0) {
-                        (void) snprintf(paths[n][k], sizeof(paths[n][k]), "/dev/nvidia-caps/nvidia-cap%" PRIu32, cap);
-                        nodes[n][k] = paths[n][k];
-                        k++;
-                }
-                if (ids && nvidia_mig_minor_lookup(mig_minors, minor, gi, (int32_t) ci, &cap) >= 0) {
-                        (void) snprintf(paths[n][k], sizeof(paths[n][k]), "/dev/nvidia-caps/nvidia-cap%" PRIu32, cap);
-                        nodes[n][k] = paths[n][k];
-                        k++;
-                }
-                l[n] = (GpuMigDevice) {
-                        .device_index = d->device_index,
-                        .uuid = (char *) d->uuid,
-                        .profile = (char *) d->profile,
-                        .gi_id = gi,
-                        .ci_id = ci,
-                        .device_nodes = nodes[n],
-                        .memory_bytes = q && q->memory_mib > 0 ? q->memory_mib << 20 : profile_memory_bytes(d->profile),
-                };
-                n++;
-        }
-        return gpu_set_mig_devices(g, l, n);
-}
-
-/* Row j is the one kept for its UUID: valid, and no earlier row has it. */
-static bool row_kept(const NvidiaGpu *gpus, size_t j) {
-        if (!nvidia_gpu_uuid_is_valid(gpus[j].uuid) || gpus[j].index > INT32_MAX)
-                return false;
-        for (size_t k = 0; k < j; k++)
-                if (streq(gpus[k].uuid, gpus[j].uuid) && nvidia_gpu_uuid_is_valid(gpus[k].uuid) &&
-                    gpus[k].index <= INT32_MAX)
-                        return false;
-        return true;
-}
-
-static int build_links(Gpu *g, size_t self, const NvidiaGpu *gpus, size_t n_gpus, const NvidiaTopology *topo) {
-        GpuLink l[GPU_LINKS_MAX] = {};
-        size_t n = 0;
-        uint32_t a = gpus[self].index;
-
-        if (!topo || topo->n_gpus != n_gpus || a >= topo->n_gpus)
-                return gpu_set_links(g, NULL, 0);
-        for (size_t j = 0; j < n_gpus; j++) {
-                uint32_t b = gpus[j].index;
-                const NvidiaLink *k;
-                const char *type;
-
-                /* Links only to GPUs that are exported, each once, never to itself
-                 * (a UUID listed twice is one GPU). */
-                if (j == self || b >= topo->n_gpus || n >= GPU_LINKS_MAX || !row_kept(gpus, j) ||
-                    streq(gpus[j].uuid, gpus[self].uuid))
-                        continue;
-                k = &topo->link[a][b];
-                if (k->type == NVIDIA_LINK_UNKNOWN || k->type == NVIDIA_LINK_SELF)
-                        continue;
-                type = nvidia_link_type_to_string((NvidiaLinkType) k->type);
-                if (!type)
-                        continue;
-                l[n++] = (GpuLink) {
-                        .peer_id = (char *) gpus[j].uuid,
-                        .type = (char *) type,
-                        .nvlinks = k->type == NVIDIA_LINK_NVLINK ? k->nvlinks : 0,
-                };
-        }
-        return gpu_set_links(g, l, n);
-}
-
-/* D-Bus strings must be UTF-8 (sd-bus refuses others, and one bad property would fail
- * GetManagedObjects as a whole): bytes of invalid sequences become '?'. */
-static void utf8_sanitize(char *s) {
-        unsigned char *p = (unsigned char *) s;
-
-        while (*p) {
-                size_t n = *p < 0x80 ? 1 : (*p & 0xe0) == 0xc0 ? 2 : (*p & 0xf0) == 0xe0 ? 3 :
-                           (*p & 0xf8) == 0xf0 ? 4 : 0;
-                uint32_t cp = n == 2 ? (*p & 0x1fU) : n == 3 ? (*p & 0x0fU) : (*p & 0x07U);
-                bool ok = n > 0;
-
-                for (size_t k = 1; ok && k < n; k++) {
-                        ok = (p[k] & 0xc0) == 0x80;
-                        cp = (cp << 6) | (p[k] & 0x3fU);
-                }
-                /* No overlong forms, surrogates or code points past U+10FFFF. */
-                if (ok && n > 1)
-                        ok = !((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
-                               (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff);
-                if (!ok) {
-                        *p++ = '?';
-                        continue;
-                }
-                p += n;
-        }
-}
-
-static void gpus_free(Gpu **l, size_t n) {
-        for (size_t i = 0; i < n; i++)
-                gpu_free(l[i]);
-        free(l);
-}
-
-int nvidia_build_gpus(const NvidiaGpu *gpus, size_t n_gpus,
-                      const NvidiaMigDevice *migs, size_t n_migs,
-                      const NvidiaQMigDevice *q_migs, size_t n_q_migs,
-                      const NvidiaQGpu *q_gpus, size_t n_q_gpus,
-                      const NvidiaTopology *topo, const NvidiaVersions *versions,
-                      const char *mig_minors, Gpu ***ret, size_t *ret_n) {
-        Gpu **l;
-        size_t n = 0;
-        int r = 0;
-
-        l = calloc(n_gpus + 1, sizeof(Gpu *));
-        if (!l)
-                return -ENOMEM;
-
-        for (size_t i = 0; i < n_gpus; i++) {
-                const NvidiaGpu *row = &gpus[i];
-                const NvidiaQGpu *q = q_gpu_find(q_gpus, n_q_gpus, row->pci_address);
-                uint32_t minor = q && q->minor_number >= 0 ? (uint32_t) q->minor_number : row->index;
-                char node[32];
-                const char *cm, *driver_version;
-                Gpu *g;
-
-                if (!nvidia_gpu_uuid_is_valid(row->uuid) || row->index > INT32_MAX) {
-                        log_debug("NVIDIA GPU row %zu has no valid UUID, ignoring it.", i);
-                        continue;
-                }
-                if (!row_kept(gpus, i)) {
-                        log_warning("nvidia-smi lists UUID %s twice (GPU %" PRIu32 "); only its first GPU is used.",
-                                    row->uuid, row->index);
-                        continue;
-                }
-                r = gpu_new(row->uuid, &g);
-                if (r < 0)
-                        break;
-                l[n++] = g;
-
-                (void) snprintf(node, sizeof(node), "/dev/nvidia%" PRIu32, minor);
-                cm = row->compute_mode == NVIDIA_COMPUTE_MODE_UNKNOWN ? ""
-                                                                       : nvidia_compute_mode_to_string(row->compute_mode);
-                driver_version = !isempty(row->driver_version) ? row->driver_version
-                                                                : versions ? versions->driver : "";
-                g->vendor_id = NVIDIA_VENDOR_ID;
-                g->device_id = (uint16_t) (row->pci_device_id >> 16);
-                g->memory_bytes = row->memory_mib << 20;
-                g->memory_known = row->memory_mib > 0;
-                g->tiles = 1;
-                g->numa_node = topo && row->index < topo->n_gpus && topo->n_gpus == n_gpus ? topo->numa_node[row->index] : -1;
-                g->pci_class = NVIDIA_PCI_CLASS_3D;
-                g->index = (int32_t) row->index;
-                strv_free(g->device_nodes);
-                g->device_nodes = strv_copy((char *[]) { node, (char *) "/dev/nvidiactl", (char *) "/dev/nvidia-uvm",
-                                                         (char *) "/dev/nvidia-uvm-tools", NULL });
-                if (!g->device_nodes) {
-                        r = -ENOMEM;
-                        break;
-                }
-                if ((r = free_and_strdup(&g->vendor, "nvidia")) < 0 ||
-                    (r = free_and_strdup(&g->driver, "nvidia")) < 0 ||
-                    (r = free_and_strdup(&g->pci_address, row->pci_address)) < 0 ||
-                    (r = free_and_strdup(&g->product, row->name)) < 0 ||
-                    (r = free_and_strdup(&g->uuid, row->uuid)) < 0 ||
-                    (r = free_and_strdup(&g->compute_mode, cm ?: "")) < 0 ||
-                    (r = free_and_strdup(&g->mig_mode, row->mig_mode == NVIDIA_MIG_MODE_ENABLED ? "Enabled" :
-                                                       row->mig_mode == NVIDIA_MIG_MODE_DISABLED ? "Disabled" : "")) < 0 ||
-                    (r = free_and_strdup(&g->compute_capability, row->compute_cap)) < 0 ||
-                    (r = free_and_strdup(&g->driver_version, driver_version)) < 0 ||
-                    (r = free_and_strdup(&g->cuda_version, versions ? versions->cuda : "")) < 0)
-                        break;
-                utf8_sanitize(g->product);
-                r = build_mig_devices(g, row, minor, migs, n_migs, q_migs, n_q_migs, mig_minors);
-                if (r < 0)
-                        break;
-                r = build_links(g, i, gpus, n_gpus, topo);
-                if (r < 0)
-                        break;
-        }
-        if (r < 0) {
-                gpus_free(l, n);
-                return r;
-        }
-        *ret = l;
-        *ret_n = n;
-        return 0;
 }
 
 /* ---- the manager side ---- */
@@ -650,7 +382,7 @@ static void describe_failure(int run_error, int parse_r, const NvidiaRunResult *
         for (char *c = buf; *c; c++)
                 if ((unsigned char) *c < 0x20 || *c == 0x7f)
                         *c = ' ';
-        utf8_sanitize(buf);
+        nvidia_utf8_sanitize(buf);
 }
 
 static void describe_failure_raw(int run_error, int parse_r, const NvidiaRunResult *res, const char *parse_error,
@@ -685,105 +417,150 @@ static void describe_failure_raw(int run_error, int parse_r, const NvidiaRunResu
 
 static int inventory_start_step(NvidiaProbe *p, InventoryStep step);
 
-static void on_inventory_run(NvidiaRun *run, int error, const NvidiaRunResult *res, void *userdata) {
-        NvidiaProbe *p = userdata;
+/* One inventory step's answer: its text (t, len) and the run's own failure (run_error:
+ * an error, a timeout or a cut output; else 0). The handlers below return the next
+ * step, or STEP_NONE when they ended the inventory themselves. */
+typedef struct StepAnswer {
+        const NvidiaRunResult *res;
+        const char *t;
+        size_t len;
+        int run_error;
+} StepAnswer;
+
+static InventoryStep on_query(NvidiaProbe *p, const StepAnswer *a) {
+        _cleanup_free_ char *perr = NULL;
+        char msg[NVIDIA_MESSAGE_MAX + 64];
+        int r = a->run_error;
+
+        if (r >= 0)
+                r = nvidia_smi_parse_query_gpu_health(a->t, a->len, p->no_compute_cap ? NVIDIA_SMI_QUERY_FIELDS :
+                                                      NVIDIA_INVENTORY_FIELDS, &p->gpus, &p->n_gpus,
+                                                      &p->lost, &p->n_lost, &perr);
+        if (r < 0 && a->run_error >= 0 && !p->no_compute_cap && a->res && a->res->exit_status != 0 &&
+            memmem(a->t, a->len, "\"compute_cap\"", 13)) {
+                /* 'Field "compute_cap" is not a valid field to query.': an older
+                 * driver; ask without it (ComputeCapability stays ""). */
+                log_info("nvidia-smi does not know the compute_cap field, reading without it.");
+                p->no_compute_cap = true;
+                p->gpus = mfree(p->gpus);
+                p->lost = mfree(p->lost);
+                p->n_gpus = p->n_lost = 0;
+                return STEP_QUERY;
+        }
+        if (r == -ENODEV) {
+                /* "No devices were found": a node without NVIDIA GPUs, no error. */
+                log_info("nvidia-smi found no NVIDIA GPUs.");
+                nvidia_finish_inventory(p, 0, NULL);
+                return STEP_NONE;
+        }
+        if (r < 0) {
+                describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
+                nvidia_finish_inventory(p, r, msg);
+                return STEP_NONE;
+        }
+        return STEP_LIST;
+}
+
+static InventoryStep on_list(NvidiaProbe *p, const StepAnswer *a) {
         _cleanup_free_ char *perr = NULL;
         _cleanup_free_ NvidiaGpu *list_gpus = NULL;
         size_t n_list_gpus = 0;
         char msg[NVIDIA_MESSAGE_MAX + 64];
-        const char *t = "";
-        size_t len = 0;
+        int r = a->run_error;
+
+        if (r >= 0)
+                r = nvidia_smi_parse_list(a->t, a->len, &list_gpus, &n_list_gpus, &p->migs, &p->n_migs, &perr);
+        if (r < 0) {
+                describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
+                log_warning("nvidia-smi -L failed, MIG devices stay as they were: %s", msg);
+        } else
+                p->migs_known = true;
+        return STEP_Q;
+}
+
+static InventoryStep on_q(NvidiaProbe *p, const StepAnswer *a) {
+        _cleanup_free_ char *perr = NULL;
+        char msg[NVIDIA_MESSAGE_MAX + 64];
+        int r = a->run_error;
+
+        if (r >= 0)
+                r = nvidia_smi_parse_q_gpus(a->t, a->len, &p->q_gpus, &p->n_q_gpus, &perr);
+        if (r >= 0) {
+                perr = mfree(perr);
+                r = nvidia_smi_parse_q_mig_devices(a->t, a->len, &p->q_migs, &p->n_q_migs, &perr);
+        }
+        if (r >= 0) {
+                perr = mfree(perr);
+                (void) nvidia_smi_parse_versions(a->t, a->len, &p->versions, &perr);
+        }
+        if (r < 0) {
+                describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
+                log_info("nvidia-smi -q failed, device minors taken from the indices: %s", msg);
+        }
+        return isempty(p->versions.cuda) ? STEP_SUMMARY : STEP_TOPO;
+}
+
+static InventoryStep on_summary(NvidiaProbe *p, const StepAnswer *a) {
+        _cleanup_free_ char *perr = NULL;
+
+        if (a->run_error >= 0)
+                (void) nvidia_smi_parse_versions(a->t, a->len, &p->versions, &perr);
+        return STEP_TOPO;
+}
+
+static InventoryStep on_topo(NvidiaProbe *p, const StepAnswer *a) {
+        _cleanup_free_ char *perr = NULL;
+        char msg[NVIDIA_MESSAGE_MAX + 64];
+        NvidiaTopology *topo = NULL;
+        int r = a->run_error;
+
+        if (r >= 0)
+                r = nvidia_smi_parse_topology(a->t, a->len, &topo, &perr);
+        if (r < 0) {
+                describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
+                log_warning("nvidia-smi topo -m failed, links and NUMA nodes unknown: %s", msg);
+                p->topology = mfree(p->topology);
+        } else {
+                free(p->topology);
+                p->topology = topo;
+        }
+        nvidia_finish_inventory(p, 0, NULL);
+        return STEP_NONE;
+}
+
+static void on_inventory_run(NvidiaRun *run, int error, const NvidiaRunResult *res, void *userdata) {
+        NvidiaProbe *p = userdata;
+        StepAnswer a = { .res = res, .t = "", .run_error = error };
+        char msg[NVIDIA_MESSAGE_MAX + 64];
         InventoryStep next = STEP_NONE;
-        int run_error = error, r;
+        int r;
 
         if (res)
-                t = result_text(res, &len);
-        if (run_error >= 0 && res && (res->timed_out || res->truncated))
-                run_error = res->timed_out ? -ETIME : -EMSGSIZE;
-        r = run_error;
+                a.t = result_text(res, &a.len);
+        if (a.run_error >= 0 && res && (res->timed_out || res->truncated))
+                a.run_error = res->timed_out ? -ETIME : -EMSGSIZE;
 
         switch (p->step) {
         case STEP_QUERY:
-                if (r >= 0)
-                        r = nvidia_smi_parse_query_gpu_health(t, len, p->no_compute_cap ? NVIDIA_SMI_QUERY_FIELDS :
-                                                              NVIDIA_INVENTORY_FIELDS, &p->gpus, &p->n_gpus,
-                                                              &p->lost, &p->n_lost, &perr);
-                if (r < 0 && run_error >= 0 && !p->no_compute_cap && res && res->exit_status != 0 &&
-                    memmem(t, len, "\"compute_cap\"", 13)) {
-                        /* 'Field "compute_cap" is not a valid field to query.': an older
-                         * driver; ask without it (ComputeCapability stays ""). */
-                        log_info("nvidia-smi does not know the compute_cap field, reading without it.");
-                        p->no_compute_cap = true;
-                        p->gpus = mfree(p->gpus);
-                        p->lost = mfree(p->lost);
-                        p->n_gpus = p->n_lost = 0;
-                        next = STEP_QUERY;
-                        break;
-                }
-                if (r == -ENODEV) {
-                        /* "No devices were found": a node without NVIDIA GPUs, no error. */
-                        log_info("nvidia-smi found no NVIDIA GPUs.");
-                        nvidia_finish_inventory(p, 0, NULL);
-                        return;
-                }
-                if (r < 0) {
-                        describe_failure(run_error, r, res, perr, msg, sizeof(msg));
-                        nvidia_finish_inventory(p, r, msg);
-                        return;
-                }
-                next = STEP_LIST;
+                next = on_query(p, &a);
                 break;
         case STEP_LIST:
-                if (r >= 0)
-                        r = nvidia_smi_parse_list(t, len, &list_gpus, &n_list_gpus, &p->migs, &p->n_migs, &perr);
-                if (r < 0) {
-                        describe_failure(run_error, r, res, perr, msg, sizeof(msg));
-                        log_warning("nvidia-smi -L failed, MIG devices stay as they were: %s", msg);
-                } else
-                        p->migs_known = true;
-                next = STEP_Q;
+                next = on_list(p, &a);
                 break;
         case STEP_Q:
-                if (r >= 0)
-                        r = nvidia_smi_parse_q_gpus(t, len, &p->q_gpus, &p->n_q_gpus, &perr);
-                if (r >= 0) {
-                        perr = mfree(perr);
-                        r = nvidia_smi_parse_q_mig_devices(t, len, &p->q_migs, &p->n_q_migs, &perr);
-                }
-                if (r >= 0) {
-                        perr = mfree(perr);
-                        (void) nvidia_smi_parse_versions(t, len, &p->versions, &perr);
-                }
-                if (r < 0) {
-                        describe_failure(run_error, r, res, perr, msg, sizeof(msg));
-                        log_info("nvidia-smi -q failed, device minors taken from the indices: %s", msg);
-                }
-                next = isempty(p->versions.cuda) ? STEP_SUMMARY : STEP_TOPO;
+                next = on_q(p, &a);
                 break;
         case STEP_SUMMARY:
-                if (r >= 0)
-                        (void) nvidia_smi_parse_versions(t, len, &p->versions, &perr);
-                next = STEP_TOPO;
+                next = on_summary(p, &a);
                 break;
-        case STEP_TOPO: {
-                NvidiaTopology *topo = NULL;
-
-                if (r >= 0)
-                        r = nvidia_smi_parse_topology(t, len, &topo, &perr);
-                if (r < 0) {
-                        describe_failure(run_error, r, res, perr, msg, sizeof(msg));
-                        log_warning("nvidia-smi topo -m failed, links and NUMA nodes unknown: %s", msg);
-                        p->topology = mfree(p->topology);
-                } else {
-                        free(p->topology);
-                        p->topology = topo;
-                }
-                nvidia_finish_inventory(p, 0, NULL);
-                return;
-        }
+        case STEP_TOPO:
+                next = on_topo(p, &a);
+                break;
         case STEP_NONE:
-                return;
+                break;
         }
+        if (next == STEP_NONE)
+                return;
 
         if (next == STEP_TOPO && !p->refresh_topology && p->topology) {
                 nvidia_finish_inventory(p, 0, NULL);

@@ -75,11 +75,20 @@ int nvidia_probe_wait_initial(NvidiaProbe *p);
  * 0 when no inventory runs (the caller replies itself). */
 int nvidia_probe_reply_when_done(NvidiaProbe *p, sd_bus_message *message);
 
+/* What the NVIDIA labels and the SetMps policy read of the configuration
+ * (labels_nvidia_config_copy()); NULL before the first configuration. set takes c. */
+const Config *nvidia_probe_config(const NvidiaProbe *p);
+void nvidia_probe_set_config(NvidiaProbe *p, Config *c);
+
 /* The last inventory's error (0 if it succeeded) and message ("" if none). */
 int nvidia_probe_last_error(const NvidiaProbe *p, const char **ret_message);
 
 /* Number of health polls completed so far (tests). */
 uint64_t nvidia_probe_n_polls(const NvidiaProbe *p);
+
+/* D-Bus strings must be UTF-8: bytes of invalid sequences (overlong forms, surrogates,
+ * code points past U+10FFFF included) become '?', in place. */
+void nvidia_utf8_sanitize(char *s);
 
 /* Pure: the capability minor of "gpu<minor>/gi<gi>/access" (ci < 0) or
  * "gpu<minor>/gi<gi>/ci<ci>/access" in a mig-minors file text; -ENOENT if absent. */

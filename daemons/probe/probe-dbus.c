@@ -22,6 +22,7 @@
 #include "daemons/probe/mps.h"
 #include "daemons/probe/nvidia.h"
 #include "daemons/probe/probe-dbus.h"
+#include "daemons/probe/source.h"
 
 static int property_get_version(sd_bus *bus, const char *path, const char *interface,
                                 const char *property, sd_bus_message *reply,
@@ -111,8 +112,9 @@ static int method_rescan(sd_bus_message *message, void *userdata, sd_bus_error *
         if (r < 0)
                 return sd_bus_error_set_errnof(error, r, "Rescan failed: %m");
 
-        /* NVIDIA GPUs are read by child processes: answer once they are. */
-        if (nvidia_probe_reply_when_done(m->nvidia, message) > 0)
+        /* Some sources read their GPUs asynchronously (NVIDIA's child processes): answer
+         * once they did. */
+        if (manager_reply_when_done(m, message) > 0)
                 return 1;
         return sd_bus_reply_method_return(message, NULL);
 }
@@ -141,6 +143,7 @@ static int method_set_mps(sd_bus_message *message, void *userdata, sd_bus_error 
         const char *id;
         uint64_t pinned;
         uint32_t pct;
+        const GpuSource *source;
         int enabled, r;
         Gpu *g;
 
@@ -151,7 +154,8 @@ static int method_set_mps(sd_bus_message *message, void *userdata, sd_bus_error 
         if (r < 0)
                 return r;
         g = manager_find_gpu(m, id);
-        if (!g || !streq(g->vendor, "nvidia") || g->index < 0)
+        source = g ? gpu_source_find(g->vendor) : NULL;
+        if (!source || !source->mps || g->index < 0)
                 /* Echoed only whole: a cut could split a UTF-8 sequence. */
                 return sd_bus_error_setf(error, KGPU_ERROR_UNKNOWN_DEVICE, "No NVIDIA GPU '%s'.",
                                          strlen(id) <= 128 ? id : "(too long)");
@@ -164,7 +168,7 @@ static int method_set_mps(sd_bus_message *message, void *userdata, sd_bus_error 
                 /* The probe's own policy: the same rule the broker builds its slices by,
                  * from the same kgpu.yaml, so a caller with the broker's uid cannot put a
                  * GPU under MPS that the configuration does not. */
-                .in_mps_config = config_nvidia_mps_names_gpu(m->nvidia_config, g->index, g->uuid, g->id),
+                .in_mps_config = config_nvidia_mps_names_gpu(nvidia_probe_config(m->nvidia), g->index, g->uuid, g->id),
                 .gpu_memory_bytes = g->memory_bytes,
                 .enabled = enabled,
                 .pinned_memory_bytes = pinned,

@@ -258,15 +258,64 @@ static int read_physfn(int pci_fd, Gpu *g) {
         return free_and_strdup(&g->physical_function, base);
 }
 
+/* Device id, class and NUMA node; garbage gives the safe default. */
+static void read_pci_attrs(int pci_fd, const char *address, Gpu *g) {
+        _cleanup_free_ char *device = NULL, *class = NULL, *numa = NULL;
+        int r;
+
+        r = attr_read(pci_fd, "device", &device);
+        if (r < 0 || gpu_parse_pci_id(device, &g->device_id) < 0) {
+                log_debug("%s: unreadable or invalid device id, using 0.", address);
+                g->device_id = 0;
+        }
+
+        r = attr_read(pci_fd, "class", &class);
+        if (r < 0 || gpu_parse_pci_class(class, &g->pci_class) < 0) {
+                log_debug("%s: unreadable or invalid class, using 0.", address);
+                g->pci_class = 0;
+        }
+
+        r = attr_read(pci_fd, "numa_node", &numa);
+        if (r < 0 || gpu_parse_numa_node(numa, &g->numa_node) < 0) {
+                if (r != -ENOENT)
+                        log_debug("%s: unreadable or invalid numa_node, using -1.", address);
+                g->numa_node = -1;
+        }
+}
+
+/* Tiles and local memory: i915 lmem_total_bytes x tiles, xe its VRAM sizes. */
+static void read_tiles_and_memory(int pci_fd, const char *address, const char *driver, Gpu *g) {
+        _cleanup_close_ int card_fd = -EBADF;
+        _cleanup_free_ char *lmem = NULL;
+        uint64_t per_tile = 0;
+
+        if (g->card_syspath) {
+                card_fd = dir_open(g->card_syspath);
+                if (card_fd >= 0) {
+                        g->tiles = udev_scan_count_tiles(card_fd);
+                        if (attr_read(card_fd, "lmem_total_bytes", &lmem) >= 0) {
+                                if (gpu_parse_memory_bytes(lmem, &per_tile) < 0) {
+                                        log_debug("%s: invalid lmem_total_bytes, using 0.", address);
+                                        per_tile = 0;
+                                } else
+                                        g->memory_known = true;
+                        }
+                }
+        }
+        g->memory_bytes = gpu_memory_total(per_tile, g->tiles);
+        if (streq(driver, "xe") && read_xe_vram(pci_fd, &g->memory_bytes) > 0)
+                g->memory_known = true;
+        else if (g->memory_known && g->memory_bytes == 0 && per_tile > 0)
+                g->memory_known = false;        /* overflow */
+}
+
 int udev_scan_read_gpu(struct udev *udev, struct udev_device *pci, Gpu **ret) {
         _cleanup_(gpu_freep) Gpu *g = NULL;
-        _cleanup_close_ int pci_fd = -EBADF, card_fd = -EBADF;
-        _cleanup_free_ char *vendor = NULL, *device = NULL, *numa = NULL, *lmem = NULL,
-                *numvfs = NULL, *class = NULL;
+        _cleanup_close_ int pci_fd = -EBADF;
+        _cleanup_free_ char *vendor = NULL, *numvfs = NULL;
         uint32_t n_vfs = 0;
         const char *address, *driver, *syspath;
         uint16_t vendor_id;
-        uint64_t per_tile = 0;
         int r;
 
         address = udev_device_get_sysname(pci);
@@ -303,28 +352,10 @@ int udev_scan_read_gpu(struct udev *udev, struct udev_device *pci, Gpu **ret) {
             (r = free_and_strdup(&g->pci_address, address)) < 0)
                 return r;
 
-        r = attr_read(pci_fd, "device", &device);
-        if (r < 0 || gpu_parse_pci_id(device, &g->device_id) < 0) {
-                log_debug("%s: unreadable or invalid device id, using 0.", address);
-                g->device_id = 0;
-        }
-
-        r = attr_read(pci_fd, "class", &class);
-        if (r < 0 || gpu_parse_pci_class(class, &g->pci_class) < 0) {
-                log_debug("%s: unreadable or invalid class, using 0.", address);
-                g->pci_class = 0;
-        }
-
+        read_pci_attrs(pci_fd, address, g);
         r = read_physfn(pci_fd, g);
         if (r < 0)
                 return r;
-
-        r = attr_read(pci_fd, "numa_node", &numa);
-        if (r < 0 || gpu_parse_numa_node(numa, &g->numa_node) < 0) {
-                if (r != -ENOENT)
-                        log_debug("%s: unreadable or invalid numa_node, using -1.", address);
-                g->numa_node = -1;
-        }
 
         r = read_drm_children(udev, pci, g);
         if (r < 0)
@@ -334,25 +365,7 @@ int udev_scan_read_gpu(struct udev *udev, struct udev_device *pci, Gpu **ret) {
                 return 0;
         }
 
-        if (g->card_syspath) {
-                card_fd = dir_open(g->card_syspath);
-                if (card_fd >= 0) {
-                        g->tiles = udev_scan_count_tiles(card_fd);
-                        r = attr_read(card_fd, "lmem_total_bytes", &lmem);
-                        if (r >= 0) {
-                                if (gpu_parse_memory_bytes(lmem, &per_tile) < 0) {
-                                        log_debug("%s: invalid lmem_total_bytes, using 0.", address);
-                                        per_tile = 0;
-                                } else
-                                        g->memory_known = true;
-                        }
-                }
-        }
-        g->memory_bytes = gpu_memory_total(per_tile, g->tiles);
-        if (streq(driver, "xe") && read_xe_vram(pci_fd, &g->memory_bytes) > 0)
-                g->memory_known = true;
-        else if (g->memory_known && g->memory_bytes == 0 && per_tile > 0)
-                g->memory_known = false;        /* overflow */
+        read_tiles_and_memory(pci_fd, address, driver, g);
 
         r = gpu_update_device_nodes(g);
         if (r < 0)

@@ -17,9 +17,11 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "daemons/probe/cdi-intel.h"
 #include "daemons/probe/labels-intel.h"
 #include "daemons/probe/manager.h"
 #include "daemons/probe/outputs.h"
+#include "daemons/probe/source-intel.h"
 #include "daemons/probe/udev-scan.h"
 
 #include "tests/unit/probe/probe-testbed.h"
