@@ -25,8 +25,8 @@
 
 #include <systemd/sd-event.h>
 
-#include "common/grpc-h2.h"
-#include "common/grpc-h2-internal.h"
+#include "grpc/grpc-h2.h"
+#include "grpc/grpc-h2-internal.h"
 #include "common/util.h"
 
 #define PYTHON "/usr/bin/python3"
