@@ -86,6 +86,43 @@ int bus_read_property_map(sd_bus_message *m, BusPropertyHandler handler, void *u
         return sd_bus_message_exit_container(m);
 }
 
+int bus_read_interface_map(sd_bus_message *m, const char *interface, BusInterfaceHandler handler, void *userdata) {
+        bool found = false;
+        int r;
+
+        r = sd_bus_message_enter_container(m, 'a', "{sa{sv}}");
+        if (r < 0)
+                return r;
+        for (;;) {
+                const char *name;
+
+                r = sd_bus_message_enter_container(m, 'e', "sa{sv}");
+                if (r < 0)
+                        return r;
+                if (r == 0)
+                        break;
+                r = sd_bus_message_read_basic(m, 's', &name);
+                if (r < 0)
+                        return r;
+                r = 0;
+                if (streq(name, interface) && !found) {
+                        found = true;
+                        r = handler(m, userdata);
+                }
+                if (r == 0)
+                        r = sd_bus_message_skip(m, "a{sv}");
+                if (r < 0)
+                        return r;
+                r = sd_bus_message_exit_container(m);
+                if (r < 0)
+                        return r;
+        }
+        r = sd_bus_message_exit_container(m);
+        if (r < 0)
+                return r;
+        return found;
+}
+
 int bus_read_string_dup(sd_bus_message *m, char **p) {
         const char *s;
         int r;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * bus-util.h — readers for the D-Bus values every client of the probe and the broker
- * parses: bounded string lists ("as") and property maps ("a{sv}").
+ * parses: bounded string lists ("as"), property maps ("a{sv}") and the interface maps
+ * of the ObjectManager ("a{sa{sv}}").
  *
  * Contract: the message is read from its current position; every function returns 0
  * on success or a negative errno (sd-bus's own for malformed messages, -ENOMEM) and
@@ -31,6 +32,15 @@ typedef int (*BusPropertyHandler)(sd_bus_message *m, const char *name, const cha
 /* Walks an "a{sv}" entry by entry, calling handler for each. Returns 0 once the whole
  * map is consumed, or the first negative errno of sd-bus or the handler. */
 int bus_read_property_map(sd_bus_message *m, BusPropertyHandler handler, void *userdata);
+
+/* Called with the "a{sv}" of the interface bus_read_interface_map() looks for. Returns 1
+ * when it read the map, 0 to have it skipped, or a negative errno that ends the walk. */
+typedef int (*BusInterfaceHandler)(sd_bus_message *m, void *userdata);
+
+/* Walks an "a{sa{sv}}" (InterfacesAdded, one object of GetManagedObjects): the first
+ * entry of interface goes to handler, every other entry is skipped. Returns 1 when
+ * interface was there, 0 when it was not, or the first negative errno. */
+int bus_read_interface_map(sd_bus_message *m, const char *interface, BusInterfaceHandler handler, void *userdata);
 
 /* Reads an "s" and replaces *p by a copy of it. */
 int bus_read_string_dup(sd_bus_message *m, char **p);

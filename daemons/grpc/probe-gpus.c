@@ -369,49 +369,43 @@ finish:
         return r;
 }
 
-int probe_gpus_read_interfaces(sd_bus_message *m, const char *path, ProbeGpu **ret) {
-        _cleanup_(probe_gpu_freep) ProbeGpu *g = NULL;
-        bool bad = false;
+typedef struct GpuRead {
+        const char *path;
+        ProbeGpu *gpu;
+        bool bad;
+} GpuRead;
+
+static int gpu_read_interface(sd_bus_message *m, void *userdata) {
+        GpuRead *gr = userdata;
         int r;
 
-        r = sd_bus_message_enter_container(m, 'a', "{sa{sv}}");
-        if (r < 0)
-                return r;
-        for (;;) {
-                const char *iface;
-
-                r = sd_bus_message_enter_container(m, 'e', "sa{sv}");
-                if (r < 0)
-                        return r;
-                if (r == 0)
-                        break;
-                r = sd_bus_message_read_basic(m, 's', &iface);
-                if (r < 0)
-                        return r;
-                if (streq(iface, KGPU_GPU_INTERFACE) && !g && !bad) {
-                        r = probe_gpu_new(path, &g);
-                        if (r == -EINVAL)
-                                bad = true;
-                        else if (r < 0)
-                                return r;
-                        r = g ? probe_gpu_apply_properties(g, m) : sd_bus_message_skip(m, "a{sv}");
-                        if (r == -EBADMSG) {
-                                bad = true;
-                                g = probe_gpu_free(g);
-                                r = 0;
-                        }
-                } else
-                        r = sd_bus_message_skip(m, "a{sv}");
-                if (r < 0)
-                        return r;
-                r = sd_bus_message_exit_container(m);
-                if (r < 0)
-                        return r;
+        r = probe_gpu_new(gr->path, &gr->gpu);
+        if (r == -EINVAL) {
+                gr->bad = true;
+                return 0;
         }
-        r = sd_bus_message_exit_container(m);
         if (r < 0)
                 return r;
-        if (bad)
+        r = probe_gpu_apply_properties(gr->gpu, m);
+        if (r == -EBADMSG) {
+                /* Consumed: go on, refuse at the end. */
+                gr->bad = true;
+                gr->gpu = probe_gpu_free(gr->gpu);
+                return 1;
+        }
+        return r < 0 ? r : 1;
+}
+
+int probe_gpus_read_interfaces(sd_bus_message *m, const char *path, ProbeGpu **ret) {
+        _cleanup_(probe_gpu_freep) ProbeGpu *g = NULL;
+        GpuRead gr = { .path = path };
+        int r;
+
+        r = bus_read_interface_map(m, KGPU_GPU_INTERFACE, gpu_read_interface, &gr);
+        g = gr.gpu;
+        if (r < 0)
+                return r;
+        if (gr.bad)
                 return -EBADMSG;
         if (!g)
                 return 0;
