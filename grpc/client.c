@@ -258,14 +258,7 @@ static void client_call_process(GrpcClientCall *c, int read_result) {
 
 static int client_io(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
         GrpcClientCall *c = userdata;
-        int r = 0;
-
-        if (revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
-                if (!c->h.wbuf)
-                        r = h2io_read(&c->h);
-                else if (revents & (EPOLLHUP | EPOLLERR))
-                        r = -ECONNRESET;
-        }
+        int r = h2io_on_events(&c->h, revents);
         client_call_process(c, r);
         return 0;
 }

@@ -163,6 +163,9 @@ void h2io_done(H2Io *h);
 int h2io_update_events(H2Io *h);
 int h2io_flush(H2Io *h);
 int h2io_read(H2Io *h);
+/* An I/O event of h's socket: h2io_read() when no output is pending, -ECONNRESET on a
+ * hang-up while output is pending, else 0. */
+int h2io_on_events(H2Io *h, uint32_t revents);
 
 /* call.c */
 void grpc_server_callbacks_set(nghttp2_session_callbacks *cbs);

@@ -130,3 +130,14 @@ int h2io_read(H2Io *h) {
         }
         return 0;
 }
+
+int h2io_on_events(H2Io *h, uint32_t revents) {
+        if (!(revents & (EPOLLIN | EPOLLHUP | EPOLLERR)))
+                return 0;
+        if (!h->wbuf)
+                return h2io_read(h);
+        /* Output pending: nothing is read (see h2io_update_events()), only a hang-up counts. */
+        if (revents & (EPOLLHUP | EPOLLERR))
+                return -ECONNRESET;
+        return 0;
+}

@@ -109,14 +109,7 @@ static int connection_process(GrpcConnection *c, int read_result) {
 
 static int connection_io(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
         GrpcConnection *c = userdata;
-        int r = 0;
-
-        if (revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
-                if (!c->h.wbuf)
-                        r = h2io_read(&c->h);
-                else if (revents & (EPOLLHUP | EPOLLERR))
-                        r = -ECONNRESET;
-        }
+        int r = h2io_on_events(&c->h, revents);
         (void) connection_process(c, r);
         return 0;
 }
