@@ -310,6 +310,56 @@ static void log_ignored(ParseContext *ctx, const ConfigOption *o, const char *ke
         log_notice("%s:%zu: %s: accepted and ignored: %s.", ctx->name, node->start_mark.line + 1, key, o->help);
 }
 
+/* A YAML list for o: the list types, the strategies and the accepted-and-ignored keys. */
+static int parse_list(ParseContext *ctx, const ConfigOption *o, const char *key, yaml_node_t *node) {
+        _cleanup_strv_free_ char **l = NULL;
+        uint32_t set = 0;
+
+        if (o->type != OPTION_STRV && o->type != OPTION_DEVICE_LIST_STRATEGY &&
+            o->type != OPTION_IGNORED && o->type != OPTION_EMPTY_ONLY)
+                return config_parse_error(ctx, node, key, "expected a single value, got a list");
+        for (yaml_node_item_t *i = node->data.sequence.items.start; i < node->data.sequence.items.top; i++) {
+                yaml_node_t *n = yaml_document_get_node(ctx->doc, *i);
+
+                if (!n || n->type != YAML_SCALAR_NODE)
+                        return config_parse_error(ctx, n ?: node, key, "list items must be plain values");
+                if (n->data.scalar.length > CONFIG_SCALAR_MAX || strlen((char *) n->data.scalar.value) != n->data.scalar.length)
+                        return config_parse_error(ctx, n, key, "invalid list item");
+                if (o->type == OPTION_DEVICE_LIST_STRATEGY) {
+                        uint32_t bit;
+
+                        if (config_device_list_strategy_from_string((char *) n->data.scalar.value, &bit) < 0)
+                                return config_parse_error(ctx, n, key, "expected envvar, volume-mounts, cdi-annotations or cdi-cri, got '%s'",
+                                                   (char *) n->data.scalar.value);
+                        set |= bit;
+                        continue;
+                }
+                if (o->type == OPTION_IGNORED && o->names && !config_names_contain(o->names, (char *) n->data.scalar.value))
+                        return config_parse_error(ctx, n, key, "not supported by kgpu, got '%s'", (char *) n->data.scalar.value);
+                if (strv_extend(&l, (char *) n->data.scalar.value) < 0)
+                        return -ENOMEM;
+        }
+        switch (o->type) {
+        case OPTION_DEVICE_LIST_STRATEGY:
+                if (set == 0)
+                        return config_parse_error(ctx, node, key, "expected at least one of envvar, volume-mounts, cdi-annotations, cdi-cri");
+                *(uint32_t *) ((uint8_t *) ctx->config + o->offset) = set;
+                return 0;
+        case OPTION_IGNORED:
+                log_ignored(ctx, o, key, node);
+                return 0;
+        case OPTION_EMPTY_ONLY:
+                if (l)
+                        return config_parse_error(ctx, node, key, "not supported by kgpu (%s), only an empty list is accepted", o->help);
+                return 0;
+        default:
+                break;
+        }
+        strv_free(*(char ***) ((uint8_t *) ctx->config + o->offset));
+        *(char ***) ((uint8_t *) ctx->config + o->offset) = TAKE_PTR(l);
+        return 0;
+}
+
 static int parse_value(ParseContext *ctx, const char *key, yaml_node_t *node) {
         const ConfigOption *o = option_by_key(key);
         const char *why = NULL;
@@ -327,54 +377,8 @@ static int parse_value(ParseContext *ctx, const char *key, yaml_node_t *node) {
         if (o->type == OPTION_RESOURCE_PATTERNS)
                 return config_parse_resource_patterns(ctx, o, key, node);
 
-        if (node->type == YAML_SEQUENCE_NODE) {
-                _cleanup_strv_free_ char **l = NULL;
-                uint32_t set = 0;
-
-                if (o->type != OPTION_STRV && o->type != OPTION_DEVICE_LIST_STRATEGY &&
-                    o->type != OPTION_IGNORED && o->type != OPTION_EMPTY_ONLY)
-                        return config_parse_error(ctx, node, key, "expected a single value, got a list");
-                for (yaml_node_item_t *i = node->data.sequence.items.start; i < node->data.sequence.items.top; i++) {
-                        yaml_node_t *n = yaml_document_get_node(ctx->doc, *i);
-
-                        if (!n || n->type != YAML_SCALAR_NODE)
-                                return config_parse_error(ctx, n ?: node, key, "list items must be plain values");
-                        if (n->data.scalar.length > CONFIG_SCALAR_MAX || strlen((char *) n->data.scalar.value) != n->data.scalar.length)
-                                return config_parse_error(ctx, n, key, "invalid list item");
-                        if (o->type == OPTION_DEVICE_LIST_STRATEGY) {
-                                uint32_t bit;
-
-                                if (config_device_list_strategy_from_string((char *) n->data.scalar.value, &bit) < 0)
-                                        return config_parse_error(ctx, n, key, "expected envvar, volume-mounts, cdi-annotations or cdi-cri, got '%s'",
-                                                           (char *) n->data.scalar.value);
-                                set |= bit;
-                                continue;
-                        }
-                        if (o->type == OPTION_IGNORED && o->names && !config_names_contain(o->names, (char *) n->data.scalar.value))
-                                return config_parse_error(ctx, n, key, "not supported by kgpu, got '%s'", (char *) n->data.scalar.value);
-                        if (strv_extend(&l, (char *) n->data.scalar.value) < 0)
-                                return -ENOMEM;
-                }
-                switch (o->type) {
-                case OPTION_DEVICE_LIST_STRATEGY:
-                        if (set == 0)
-                                return config_parse_error(ctx, node, key, "expected at least one of envvar, volume-mounts, cdi-annotations, cdi-cri");
-                        *(uint32_t *) ((uint8_t *) ctx->config + o->offset) = set;
-                        return 0;
-                case OPTION_IGNORED:
-                        log_ignored(ctx, o, key, node);
-                        return 0;
-                case OPTION_EMPTY_ONLY:
-                        if (l)
-                                return config_parse_error(ctx, node, key, "not supported by kgpu (%s), only an empty list is accepted", o->help);
-                        return 0;
-                default:
-                        break;
-                }
-                strv_free(*(char ***) ((uint8_t *) ctx->config + o->offset));
-                *(char ***) ((uint8_t *) ctx->config + o->offset) = TAKE_PTR(l);
-                return 0;
-        }
+        if (node->type == YAML_SEQUENCE_NODE)
+                return parse_list(ctx, o, key, node);
         if (node->type != YAML_SCALAR_NODE)
                 return config_parse_error(ctx, node, key, "expected a value, got a mapping");
         if (strlen((char *) node->data.scalar.value) != node->data.scalar.length)
