@@ -76,18 +76,14 @@ static void print_row(Ctl *c, const GpuRow *g, bool first) {
 }
 
 int ctl_devices(Ctl *c, int argc, char **argv) {
-        sd_bus_error e = SD_BUS_ERROR_NULL;
         sd_bus_message *reply = NULL;
         unsigned n = 0;
         int r;
 
-        r = sd_bus_call_method(c->bus, KGPU_PROBE_BUS_NAME, KGPU_PROBE_PATH, "org.freedesktop.DBus.ObjectManager",
-                               "GetManagedObjects", &e, &reply, "");
-        if (r < 0) {
-                r = ctl_call_failed("Cannot list GPUs", "kgpu-probed", &e, r);
-                sd_bus_error_free(&e);
+        r = ctl_call(c, "Cannot list GPUs", "kgpu-probed", KGPU_PROBE_BUS_NAME, KGPU_PROBE_PATH,
+                     "org.freedesktop.DBus.ObjectManager", "GetManagedObjects", &reply, "");
+        if (r < 0)
                 return r;
-        }
         if (c->json)
                 printf("[");
         else
