@@ -152,6 +152,25 @@ static int devices_check_unique(const GrpcdDevice *d, size_t n) {
         return 0;
 }
 
+/* One (ssai) entry of GetDevices: id, health and NUMA nodes. */
+static int device_init(GrpcdDevice *d, const char *id, const char *health, const int32_t *numa, size_t n_numa) {
+        *d = (GrpcdDevice) {
+                .id = strdup(id),
+                .healthy = streq(health, "Healthy"),
+        };
+        if (!d->id)
+                return -ENOMEM;
+        if (n_numa == 0)
+                return 0;
+        d->numa_nodes = calloc(n_numa, sizeof(int64_t));
+        if (!d->numa_nodes)
+                return -ENOMEM;
+        for (size_t i = 0; i < n_numa; i++)
+                d->numa_nodes[i] = numa[i];
+        d->n_numa_nodes = n_numa;
+        return 0;
+}
+
 int grpcd_devices_from_bus(sd_bus_message *m, GrpcdDevice **ret, size_t *ret_n) {
         GrpcdDevice *d = NULL;
         size_t n = 0, allocated = 0;
@@ -199,25 +218,10 @@ int grpcd_devices_from_bus(sd_bus_message *m, GrpcdDevice **ret, size_t *ret_n) 
                         }
                         d = nd;
                 }
-                d[n] = (GrpcdDevice) {
-                        .id = strdup(id),
-                        .healthy = streq(health, "Healthy"),
-                };
-                if (!d[n].id) {
-                        r = -ENOMEM;
+                /* Counted at once: grpcd_devices_free() frees what it got so far. */
+                r = device_init(&d[n++], id, health, numa, n_numa);
+                if (r < 0)
                         goto fail;
-                }
-                n++;
-                if (n_numa > 0) {
-                        d[n - 1].numa_nodes = calloc(n_numa, sizeof(int64_t));
-                        if (!d[n - 1].numa_nodes) {
-                                r = -ENOMEM;
-                                goto fail;
-                        }
-                        for (size_t i = 0; i < n_numa; i++)
-                                d[n - 1].numa_nodes[i] = numa[i];
-                        d[n - 1].n_numa_nodes = n_numa;
-                }
         }
         r = sd_bus_message_exit_container(m);
         if (r < 0)
