@@ -494,6 +494,24 @@ static ssize_t gpus_position(const ProbeGpus *s, const char *path, bool *ret_fou
         return (ssize_t) lo;
 }
 
+/* Sorts l by path and drops repeated paths (the bus does not repeat a dict key, but a
+ * hostile peer may: the first is kept). Returns how many were dropped. */
+static size_t gpus_sort_unique(ProbeGpu **l, size_t *n) {
+        size_t dropped = 0;
+
+        if (*n > 1)
+                qsort(l, *n, sizeof(ProbeGpu *), gpu_path_cmp);
+        for (size_t i = 1; i < *n;)
+                if (streq(l[i - 1]->path, l[i]->path)) {
+                        probe_gpu_free(l[i]);
+                        memmove(l + i, l + i + 1, (*n - i - 1) * sizeof(ProbeGpu *));
+                        (*n)--;
+                        dropped++;
+                } else
+                        i++;
+        return dropped;
+}
+
 int probe_gpus_replace(ProbeGpus *s, sd_bus_message *reply, size_t *ret_skipped) {
         ProbeGpu **l = NULL;
         size_t n = 0, skipped = 0;
@@ -549,18 +567,7 @@ int probe_gpus_replace(ProbeGpus *s, sd_bus_message *reply, size_t *ret_skipped)
         if (r < 0)
                 goto fail;
 
-        if (n > 1)
-                qsort(l, n, sizeof(ProbeGpu *), gpu_path_cmp);
-        /* The bus does not repeat a dict key, but a hostile peer may: keep the first. */
-        for (size_t i = 1; i < n;)
-                if (streq(l[i - 1]->path, l[i]->path)) {
-                        probe_gpu_free(l[i]);
-                        memmove(l + i, l + i + 1, (n - i - 1) * sizeof(ProbeGpu *));
-                        n--;
-                        skipped++;
-                } else
-                        i++;
-
+        skipped += gpus_sort_unique(l, &n);
         gpus_clear(s->gpus, s->n_gpus);
         s->gpus = l;
         s->n_gpus = n;
