@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * noop-plugin.c — kgpu-bench-noop-plugin: a device plugin that does nothing but answer,
- * on our own gRPC layer (common/grpc-h2.c), as the baseline kgpu's latencies and memory
+ * on our own gRPC layer (grpc/), as the baseline kgpu's latencies and memory
  * are compared against.
  *
  * Contract: `kgpu-bench-noop-plugin SOCKET [N_DEVICES]` serves the v1beta1.DevicePlugin
@@ -27,7 +27,7 @@
 
 #include <systemd/sd-event.h>
 
-#include "common/grpc-h2.h"
+#include "grpc/grpc-h2.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "deviceplugin.pb-c.h"

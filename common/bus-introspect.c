@@ -95,21 +95,14 @@ static int append_kgpu_interfaces(FILE *out, const char *xml, char ***seen) {
         }
 }
 
-int bus_introspect_xml(const BusIntrospectEntry *entries, size_t n, char **ret) {
+/* A connected pair of anonymous private buses on event: server serves the vtables of
+ * entries, client asks. */
+static int bus_pair_new(sd_event *event, const BusIntrospectEntry *entries, size_t n,
+                        sd_bus **ret_server, sd_bus **ret_client) {
         _cleanup_(sd_bus_flush_close_unrefp) sd_bus *server = NULL, *client = NULL;
-        _cleanup_(sd_event_unrefp) sd_event *event = NULL;
-        _cleanup_strv_free_ char **seen = NULL;
-        _cleanup_free_ char *buf = NULL;
-        _cleanup_fclose_ FILE *out = NULL;
-        _cleanup_(state_done) IntrospectState state = {};
-        _cleanup_free_ IntrospectSlot *slots = NULL;
         sd_id128_t id;
-        size_t sz = 0;
         int pair[2], r;
 
-        r = sd_event_new(&event);
-        if (r < 0)
-                return r;
         if (socketpair(AF_UNIX, SOCK_STREAM|SOCK_CLOEXEC|SOCK_NONBLOCK, 0, pair) < 0)
                 return negative_errno();
 
@@ -164,6 +157,61 @@ int bus_introspect_xml(const BusIntrospectEntry *entries, size_t n, char **ret) 
         r = sd_bus_attach_event(client, event, 0);
         if (r < 0)
                 return r;
+        *ret_server = TAKE_PTR(server);
+        *ret_client = TAKE_PTR(client);
+        return 0;
+}
+
+/* Asks for the introspection data of each entry's object (a child, for a fallback) and
+ * runs the loop until every answer is in state->xml. */
+static int introspect_objects(sd_bus *client, const BusIntrospectEntry *entries, size_t n,
+                              IntrospectState *state, IntrospectSlot *slots) {
+        int r;
+
+        for (size_t i = 0; i < n; i++) {
+                _cleanup_free_ char *p = NULL;
+
+                if (entries[i].fallback) {
+                        if (asprintf(&p, "%s/example", entries[i].path) < 0)
+                                return -ENOMEM;
+                } else {
+                        p = strdup(entries[i].path);
+                        if (!p)
+                                return -ENOMEM;
+                }
+                slots[i] = (IntrospectSlot) { .state = state, .index = i };
+                r = sd_bus_call_method_async(client, NULL, NULL, p,
+                                             "org.freedesktop.DBus.Introspectable", "Introspect",
+                                             on_reply, &slots[i], "");
+                if (r < 0)
+                        return r;
+                state->pending++;
+        }
+        if (n > 0) {
+                r = sd_event_loop(state->event);
+                if (r < 0)
+                        return r;
+        }
+        return state->error < 0 ? state->error : 0;
+}
+
+int bus_introspect_xml(const BusIntrospectEntry *entries, size_t n, char **ret) {
+        _cleanup_(sd_bus_flush_close_unrefp) sd_bus *server = NULL, *client = NULL;
+        _cleanup_(sd_event_unrefp) sd_event *event = NULL;
+        _cleanup_strv_free_ char **seen = NULL;
+        _cleanup_free_ char *buf = NULL;
+        _cleanup_fclose_ FILE *out = NULL;
+        _cleanup_(state_done) IntrospectState state = {};
+        _cleanup_free_ IntrospectSlot *slots = NULL;
+        size_t sz = 0;
+        int r;
+
+        r = sd_event_new(&event);
+        if (r < 0)
+                return r;
+        r = bus_pair_new(event, entries, n, &server, &client);
+        if (r < 0)
+                return r;
 
         out = open_memstream(&buf, &sz);
         if (!out)
@@ -176,32 +224,9 @@ int bus_introspect_xml(const BusIntrospectEntry *entries, size_t n, char **ret) 
         slots = calloc(n + 1, sizeof(IntrospectSlot));
         if (!state.xml || !slots)
                 return -ENOMEM;
-        for (size_t i = 0; i < n; i++) {
-                _cleanup_free_ char *p = NULL;
-
-                if (entries[i].fallback) {
-                        if (asprintf(&p, "%s/example", entries[i].path) < 0)
-                                return -ENOMEM;
-                } else {
-                        p = strdup(entries[i].path);
-                        if (!p)
-                                return -ENOMEM;
-                }
-                slots[i] = (IntrospectSlot) { .state = &state, .index = i };
-                r = sd_bus_call_method_async(client, NULL, NULL, p,
-                                             "org.freedesktop.DBus.Introspectable", "Introspect",
-                                             on_reply, &slots[i], "");
-                if (r < 0)
-                        return r;
-                state.pending++;
-        }
-        if (n > 0) {
-                r = sd_event_loop(event);
-                if (r < 0)
-                        return r;
-        }
-        if (state.error < 0)
-                return state.error;
+        r = introspect_objects(client, entries, n, &state, slots);
+        if (r < 0)
+                return r;
         for (size_t i = 0; i < n; i++) {
                 r = append_kgpu_interfaces(out, state.xml[i] ?: "", &seen);
                 if (r < 0)

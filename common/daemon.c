@@ -1,15 +1,17 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* daemon.c — command line, configuration and privilege drop shared by the daemons. */
+/* daemon.c — the steps of start-up and shutdown every daemon shares (see daemon.h). */
 
 #include <errno.h>
 #include <getopt.h>
 #include <pwd.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include <cap-ng.h>
+#include <systemd/sd-daemon.h>
 
 #include "common/bus-introspect.h"
 #include "common/daemon.h"
@@ -170,4 +172,123 @@ int privileges_drop(const char *user, const char *config_key) {
                                        user);
         log_info("Dropped privileges to user '%s' (uid %u).", user, (unsigned) uid);
         return 0;
+}
+
+int bus_open_attached(sd_event *event, const char *description, sd_bus **ret) {
+        _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+        int r;
+
+        r = sd_bus_open_system(&bus);
+        if (r < 0)
+                return log_error_errno(r, "Failed to connect to the system bus: %m");
+        (void) sd_bus_set_description(bus, description);
+        r = sd_bus_attach_event(bus, event, SD_EVENT_PRIORITY_NORMAL);
+        if (r < 0)
+                return log_error_errno(r, "Failed to attach the bus to the event loop: %m");
+        /* Without the bus nobody can see us: exit and let the service manager restart us. */
+        r = sd_bus_set_exit_on_disconnect(bus, true);
+        if (r < 0)
+                return log_error_errno(r, "Failed to set exit-on-disconnect: %m");
+        *ret = TAKE_PTR(bus);
+        return 0;
+}
+
+static int on_sighup(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
+        Daemon *d = userdata;
+
+        log_info("Received SIGHUP, reloading the configuration.");
+        d->hooks->reload(d);
+        return 0;
+}
+
+/* SIGTERM and SIGINT end the loop with 0 (sd-event's default handler). */
+static int daemon_watch_signals(Daemon *d) {
+        sigset_t mask;
+        int r;
+
+        if (sigemptyset(&mask) < 0 || sigaddset(&mask, SIGTERM) < 0 || sigaddset(&mask, SIGINT) < 0 ||
+            (d->hooks->reload && sigaddset(&mask, SIGHUP) < 0) ||
+            sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
+                return log_error_errno(negative_errno(), "Failed to block signals: %m");
+        r = sd_event_add_signal(d->event, NULL, SIGTERM, NULL, NULL);
+        if (r >= 0)
+                r = sd_event_add_signal(d->event, NULL, SIGINT, NULL, NULL);
+        if (r < 0)
+                return log_error_errno(r, "Failed to handle SIGTERM/SIGINT: %m");
+        if (d->hooks->reload) {
+                r = sd_event_add_signal(d->event, NULL, SIGHUP, on_sighup, d);
+                if (r < 0)
+                        return log_error_errno(r, "Failed to handle SIGHUP: %m");
+        }
+        return 0;
+}
+
+static int daemon_exit_status(Daemon *d, int r) {
+        if (d->hooks->exit_status)
+                return d->hooks->exit_status(d, r);
+        return r == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+static int daemon_run(Daemon *d, int argc, char *argv[]) {
+        _cleanup_(config_freep) Config *config = NULL;
+        int r;
+
+        log_setup(d->info->name);
+        log_parse_environment();
+
+        r = daemon_parse_argv(d->info, argc, argv, &d->args);
+        if (r <= 0)
+                return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+        if (d->args.verb)
+                return d->hooks->verb(&d->args);
+
+        r = daemon_load_config(&d->args, &config);
+        if (r < 0)
+                return EXIT_FAILURE;
+
+        /* Before any socket: the bus connection, the database, the plugin sockets. */
+        if (d->hooks->user) {
+                r = privileges_drop(d->hooks->user(config), d->hooks->user_key);
+                if (r < 0)
+                        return EXIT_FAILURE;
+        }
+
+        r = sd_event_default(&d->event);
+        if (r < 0) {
+                log_error_errno(r, "Failed to allocate the event loop: %m");
+                return EXIT_FAILURE;
+        }
+        r = daemon_watch_signals(d);
+        if (r < 0)
+                return EXIT_FAILURE;
+
+        r = d->hooks->start(d, TAKE_PTR(config));
+        if (r != 0)
+                return daemon_exit_status(d, r);
+        /* WatchdogSec= in the unit: sd-event pings at half the interval, the first time now. */
+        (void) sd_event_set_watchdog(d->event, true);
+
+        if (d->hooks->started)
+                d->hooks->started(d);
+        (void) sd_notify(false, "READY=1");
+
+        r = sd_event_loop(d->event);
+        (void) sd_notify(false, "STOPPING=1");
+        if (r < 0) {
+                log_error_errno(r, "Event loop failed: %m");
+                return EXIT_FAILURE;
+        }
+        return daemon_exit_status(d, r);
+}
+
+int daemon_main(const DaemonInfo *info, const DaemonHooks *hooks, int argc, char *argv[]) {
+        Daemon d = { .info = info, .hooks = hooks };
+        int r;
+
+        r = daemon_run(&d, argc, argv);
+        if (d.state && hooks->free)
+                hooks->free(d.state);
+        sd_event_unref(d.event);
+        daemon_args_done(&d.args);
+        return r;
 }

@@ -14,10 +14,24 @@
  * privileges_drop() turns a root process into `user` with libcap-ng: no supplementary
  * groups, no capabilities, bounding set cleared, and verifies there is no way back.
  * It is a no-op when not running as root.
+ *
+ * daemon_main() is the whole main() of a daemon (DEFINE_DAEMON_MAIN): it runs the steps
+ * every daemon shares, in this order, and calls the daemon's DaemonHooks between them:
+ * logging, the command line (a verb runs hooks->verb instead of the rest), the
+ * configuration, the privilege drop (hooks->user; the probe stays root), the event loop,
+ * SIGTERM/SIGINT (end the loop with 0) and SIGHUP (hooks->reload), hooks->start (builds
+ * the daemon from the configuration and takes its bus name), the watchdog,
+ * hooks->started, READY=1, the loop, STOPPING=1, hooks->exit_status and hooks->free.
+ * It returns the process's exit status: 0 after help/version/introspection or a clean
+ * stop, 1 on a failure (already logged), or what hooks->exit_status makes of the loop's
+ * exit code. bus_open_attached() is the bus bring-up every daemon shares.
  */
 #pragma once
 
 #include <stddef.h>
+
+#include <systemd/sd-bus.h>
+#include <systemd/sd-event.h>
 
 #include "common/cleanup.h"
 #include "common/config.h"
@@ -51,3 +65,45 @@ int daemon_load_config(const DaemonArgs *a, Config **ret);
 
 /* -ESRCH: user unknown; -EPERM: uid 0 or the drop could not be verified. Logs. */
 int privileges_drop(const char *user, const char *config_key);
+
+/* Connects to the system bus, names the connection, attaches it to event and makes a
+ * lost connection end the event loop (the service manager restarts us). Logs. */
+int bus_open_attached(sd_event *event, const char *description, sd_bus **ret);
+
+typedef struct Daemon Daemon;
+
+typedef struct DaemonHooks {
+        /* Runs args->verb instead of the daemon; returns the exit status. */
+        int (*verb)(const DaemonArgs *args);
+        /* The user to become (privileges_drop()) and its key; NULL: stay as started. */
+        const char *(*user)(const Config *c);
+        const char *user_key;
+        /* Builds the daemon from c (taken over, also on failure), sets Daemon.state and
+         * takes the bus name. Returns 0 or a negative errno (logged); a positive value
+         * is an exit code for hooks->exit_status. */
+        int (*start)(Daemon *d, Config *c);
+        /* Logs that the daemon started, just before READY=1. */
+        void (*started)(Daemon *d);
+        /* SIGHUP: reloads with daemon_load_config(&d->args); NULL: SIGHUP not handled. */
+        void (*reload)(Daemon *d);
+        /* The exit status for a loop exit code >= 0 or a start failure; NULL: 0 gives
+         * 0, anything else 1. */
+        int (*exit_status)(Daemon *d, int r);
+        /* Frees Daemon.state, after the loop (or a failed start). */
+        void (*free)(void *state);
+} DaemonHooks;
+
+struct Daemon {
+        const DaemonInfo *info;
+        const DaemonHooks *hooks;
+        DaemonArgs args;                /* the command line, for reloads */
+        sd_event *event;
+        void *state;                    /* the daemon's Manager, set by hooks->start */
+};
+
+int daemon_main(const DaemonInfo *info, const DaemonHooks *hooks, int argc, char *argv[]);
+
+#define DEFINE_DAEMON_MAIN(info, hooks)                                 \
+        int main(int argc, char *argv[]) {                              \
+                return daemon_main(&(info), &(hooks), argc, argv);      \
+        }

@@ -11,18 +11,14 @@
 #include "tools/kgpuctl.h"
 
 int ctl_allocations(Ctl *c, int argc, char **argv) {
-        sd_bus_error e = SD_BUS_ERROR_NULL;
         sd_bus_message *reply = NULL;
         unsigned n = 0;
         int r;
 
-        r = sd_bus_call_method(c->bus, KGPU_BROKER_BUS_NAME, KGPU_BROKER_PATH, KGPU_BROKER_INTERFACE,
-                               "ListAllocations", &e, &reply, "");
-        if (r < 0) {
-                r = ctl_call_failed("Cannot list allocations", "kgpu-brokerd", &e, r);
-                sd_bus_error_free(&e);
+        r = ctl_call(c, "Cannot list allocations", "kgpu-brokerd", KGPU_BROKER_BUS_NAME, KGPU_BROKER_PATH,
+                     KGPU_BROKER_INTERFACE, "ListAllocations", &reply, "");
+        if (r < 0)
                 return r;
-        }
         if (c->json)
                 printf("[");
         else

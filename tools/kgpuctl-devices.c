@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/bus-names.h"
+#include "common/bus-util.h"
 #include "common/util.h"
 #include "tools/kgpuctl.h"
 
@@ -16,56 +17,31 @@ typedef struct GpuRow {
         uint64_t memory;
 } GpuRow;
 
-static int read_string(sd_bus_message *m, char **ret) {
-        const char *s;
-        int r = sd_bus_message_read(m, "v", "s", &s);
-
-        if (r < 0)
-                return r;
-        return free_and_strdup(ret, s);
-}
-
-static int read_gpu_properties(sd_bus_message *m, GpuRow *g) {
+static int gpu_property(sd_bus_message *m, const char *name, const char *contents, void *userdata) {
+        GpuRow *g = userdata;
         int r;
 
-        r = sd_bus_message_enter_container(m, 'a', "{sv}");
-        if (r < 0)
-                return r;
-        while ((r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
-                const char *name;
-
-                r = sd_bus_message_read(m, "s", &name);
-                if (r < 0)
-                        return r;
-                if (streq(name, "Id"))
-                        r = read_string(m, &g->id);
-                else if (streq(name, "Driver"))
-                        r = read_string(m, &g->driver);
-                else if (streq(name, "CardNode"))
-                        r = read_string(m, &g->card);
-                else if (streq(name, "RenderNode"))
-                        r = read_string(m, &g->render);
-                else if (streq(name, "Health"))
-                        r = read_string(m, &g->health);
-                else if (streq(name, "HealthReason"))
-                        r = read_string(m, &g->reason);
-                else if (streq(name, "NumaNode"))
-                        r = sd_bus_message_read(m, "v", "i", &g->numa);
-                else if (streq(name, "DeviceId"))
-                        r = sd_bus_message_read(m, "v", "q", &g->device_id);
-                else if (streq(name, "MemoryBytes"))
-                        r = sd_bus_message_read(m, "v", "t", &g->memory);
-                else
-                        r = sd_bus_message_skip(m, "v");
-                if (r < 0)
-                        return r;
-                r = sd_bus_message_exit_container(m);
-                if (r < 0)
-                        return r;
-        }
-        if (r < 0)
-                return r;
-        return sd_bus_message_exit_container(m);
+        if (streq(name, "Id"))
+                r = bus_read_string_dup(m, &g->id);
+        else if (streq(name, "Driver"))
+                r = bus_read_string_dup(m, &g->driver);
+        else if (streq(name, "CardNode"))
+                r = bus_read_string_dup(m, &g->card);
+        else if (streq(name, "RenderNode"))
+                r = bus_read_string_dup(m, &g->render);
+        else if (streq(name, "Health"))
+                r = bus_read_string_dup(m, &g->health);
+        else if (streq(name, "HealthReason"))
+                r = bus_read_string_dup(m, &g->reason);
+        else if (streq(name, "NumaNode"))
+                r = sd_bus_message_read_basic(m, 'i', &g->numa);
+        else if (streq(name, "DeviceId"))
+                r = sd_bus_message_read_basic(m, 'q', &g->device_id);
+        else if (streq(name, "MemoryBytes"))
+                r = sd_bus_message_read_basic(m, 't', &g->memory);
+        else
+                return 0;
+        return r < 0 ? r : 1;
 }
 
 static void gpu_row_done(GpuRow *g) {
@@ -100,18 +76,14 @@ static void print_row(Ctl *c, const GpuRow *g, bool first) {
 }
 
 int ctl_devices(Ctl *c, int argc, char **argv) {
-        sd_bus_error e = SD_BUS_ERROR_NULL;
         sd_bus_message *reply = NULL;
         unsigned n = 0;
         int r;
 
-        r = sd_bus_call_method(c->bus, KGPU_PROBE_BUS_NAME, KGPU_PROBE_PATH, "org.freedesktop.DBus.ObjectManager",
-                               "GetManagedObjects", &e, &reply, "");
-        if (r < 0) {
-                r = ctl_call_failed("Cannot list GPUs", "kgpu-probed", &e, r);
-                sd_bus_error_free(&e);
+        r = ctl_call(c, "Cannot list GPUs", "kgpu-probed", KGPU_PROBE_BUS_NAME, KGPU_PROBE_PATH,
+                     "org.freedesktop.DBus.ObjectManager", "GetManagedObjects", &reply, "");
+        if (r < 0)
                 return r;
-        }
         if (c->json)
                 printf("[");
         else
@@ -134,7 +106,7 @@ int ctl_devices(Ctl *c, int argc, char **argv) {
                         if (streq(iface, KGPU_GPU_INTERFACE)) {
                                 GpuRow g = { .numa = -1 };
 
-                                r = read_gpu_properties(reply, &g);
+                                r = bus_read_property_map(reply, gpu_property, &g);
                                 if (r >= 0)
                                         print_row(c, &g, n++ == 0);
                                 gpu_row_done(&g);

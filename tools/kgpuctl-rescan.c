@@ -15,7 +15,6 @@
 #include "tools/kgpuctl.h"
 
 int ctl_rescan(Ctl *c, int argc, char **argv) {
-        sd_bus_error e = SD_BUS_ERROR_NULL;
         sd_bus_message *reply = NULL;
         int r;
 
@@ -23,13 +22,10 @@ int ctl_rescan(Ctl *c, int argc, char **argv) {
                 fprintf(stderr, "rescan takes no arguments.\n");
                 return -EINVAL;
         }
-        r = sd_bus_call_method(c->bus, KGPU_PROBE_BUS_NAME, KGPU_PROBE_PATH, KGPU_PROBE_INTERFACE, "Rescan",
-                               &e, &reply, "");
-        if (r < 0) {
-                r = ctl_call_failed("Cannot rescan", "kgpu-probed", &e, r);
-                sd_bus_error_free(&e);
+        r = ctl_call(c, "Cannot rescan", "kgpu-probed", KGPU_PROBE_BUS_NAME, KGPU_PROBE_PATH, KGPU_PROBE_INTERFACE,
+                     "Rescan", &reply, "");
+        if (r < 0)
                 return r;
-        }
         sd_bus_message_unref(reply);
         if (c->json)
                 printf("{\"rescanned\":true}\n");

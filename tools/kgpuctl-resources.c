@@ -10,18 +10,14 @@
 #include "tools/kgpuctl.h"
 
 static int print_devices(Ctl *c, const char *resource) {
-        sd_bus_error e = SD_BUS_ERROR_NULL;
         sd_bus_message *reply = NULL;
         unsigned n = 0;
         int r;
 
-        r = sd_bus_call_method(c->bus, KGPU_BROKER_BUS_NAME, KGPU_BROKER_PATH, KGPU_BROKER_INTERFACE, "GetDevices",
-                               &e, &reply, "s", resource);
-        if (r < 0) {
-                r = ctl_call_failed("Cannot get devices", "kgpu-brokerd", &e, r);
-                sd_bus_error_free(&e);
+        r = ctl_call(c, "Cannot get devices", "kgpu-brokerd", KGPU_BROKER_BUS_NAME, KGPU_BROKER_PATH,
+                     KGPU_BROKER_INTERFACE, "GetDevices", &reply, "s", resource);
+        if (r < 0)
                 return r;
-        }
         r = sd_bus_message_enter_container(reply, 'a', "(ssai)");
         while (r > 0 && (r = sd_bus_message_enter_container(reply, 'r', "ssai")) > 0) {
                 const char *id, *health;
@@ -61,18 +57,14 @@ static int print_devices(Ctl *c, const char *resource) {
 }
 
 int ctl_resources(Ctl *c, int argc, char **argv) {
-        sd_bus_error e = SD_BUS_ERROR_NULL;
         sd_bus_message *reply = NULL;
         unsigned n = 0;
         int r;
 
-        r = sd_bus_call_method(c->bus, KGPU_BROKER_BUS_NAME, KGPU_BROKER_PATH, KGPU_BROKER_INTERFACE,
-                               "ListResources", &e, &reply, "");
-        if (r < 0) {
-                r = ctl_call_failed("Cannot list resources", "kgpu-brokerd", &e, r);
-                sd_bus_error_free(&e);
+        r = ctl_call(c, "Cannot list resources", "kgpu-brokerd", KGPU_BROKER_BUS_NAME, KGPU_BROKER_PATH,
+                     KGPU_BROKER_INTERFACE, "ListResources", &reply, "");
+        if (r < 0)
                 return r;
-        }
         if (c->json)
                 printf("[");
         r = sd_bus_message_enter_container(reply, 'a', "(sbb)");

@@ -199,18 +199,95 @@ static void print_uptime(uint64_t up) {
                (unsigned long long) up / 60 % 60, (unsigned long long) up % 60);
 }
 
+static void print_daemon(Ctl *c, const DaemonStatus *d, bool first, uint64_t now) {
+        uint64_t up = d->start_time && now > d->start_time ? (now - d->start_time) / 1000000ULL : 0;
+
+        if (c->json) {
+                printf("%s{\"daemon\":", first ? "" : ",");
+                ctl_json_string(d->name);
+                printf(",\"running\":%s,\"version\":", d->error ? "false" : "true");
+                ctl_json_string(d->version);
+                printf(",\"uptime_seconds\":%llu", (unsigned long long) up);
+                if (d->error) {
+                        printf(",\"error\":");
+                        ctl_json_string(d->error);
+                }
+                printf("}");
+        } else if (d->error)
+                printf("%-14s %-10s %-10s %s\n", d->name, "down", "-", d->error);
+        else {
+                printf("%-14s %-10s %-10s ", d->name, "running", d->version);
+                print_uptime(up);
+                printf("\n");
+        }
+}
+
+/* What is known of kgpu-grpcd: its unit, the kubelet as the probe sees it, and the
+ * plugin sockets of the broker's resources (n_socks < 0: unknown). */
+typedef struct GrpcdView {
+        UnitInfo unit;
+        KubeletView kv;
+        SocketState *socks;
+        int n_socks;
+        bool up;
+        const char *state;
+        const char *dir;
+} GrpcdView;
+
+static void print_grpcd(Ctl *c, const GrpcdView *g, uint64_t now) {
+        uint64_t up = g->unit.active_enter && now > g->unit.active_enter ?
+                      (now - g->unit.active_enter) / 1000000ULL : 0;
+        bool kubelet = g->kv.known && streq_ptr(g->kv.state, "present");
+
+        if (c->json) {
+                printf(",{\"daemon\":\"kgpu-grpcd\",\"running\":%s,\"state\":", g->up ? "true" : "false");
+                ctl_json_string(g->state);
+                printf(",\"uptime_seconds\":%llu,\"status_text\":", (unsigned long long) up);
+                ctl_json_string(g->unit.status_text);
+                printf(",\"device_plugin_path\":");
+                ctl_json_string(g->dir);
+                printf(",\"kubelet_socket\":%s,\"kubelet_state\":", kubelet ? "true" : "false");
+                ctl_json_string(g->kv.state);
+                printf(",\"last_error\":");
+                ctl_json_string(g->kv.last_error);
+                printf(",\"resources\":[");
+                for (int i = 0; i < g->n_socks; i++) {
+                        printf("%s{\"resource\":", i ? "," : "");
+                        ctl_json_string(g->socks[i].resource);
+                        printf(",\"socket\":");
+                        ctl_json_string(g->socks[i].state);
+                        printf("}");
+                }
+                printf("]}]\n");
+                return;
+        }
+        printf("%-14s %-10s %-10s ", "kgpu-grpcd", g->state, "-");
+        if (up)
+                print_uptime(up);
+        else
+                printf("-");
+        printf("%s%s\n", g->unit.status_text && *g->unit.status_text ? "  " : "",
+               g->unit.status_text ?: "");
+        printf("\nKubelet socket: %s\n", g->kv.known ? g->kv.state : "unknown (kgpu-probed is not running)");
+        if (!isempty(g->kv.last_error))
+                printf("Last failure reaching the kubelet: %s\n", g->kv.last_error);
+        printf("\nPlugin sockets in %s:\n", g->dir);
+        if (g->n_socks < 0)
+                printf("  unknown: the broker is not running\n");
+        else if (g->n_socks == 0)
+                printf("  no resources advertised\n");
+        for (int i = 0; i < g->n_socks; i++)
+                printf("  %-40s %s\n", g->socks[i].resource, g->socks[i].state);
+}
+
 int ctl_status(Ctl *c, int argc, char **argv) {
         DaemonStatus ds[] = {
                 { "kgpu-probed", KGPU_PROBE_BUS_NAME, KGPU_PROBE_PATH, KGPU_PROBE_INTERFACE },
                 { "kgpu-brokerd", KGPU_BROKER_BUS_NAME, KGPU_BROKER_PATH, KGPU_BROKER_INTERFACE },
         };
         uint64_t now = now_usec(CLOCK_REALTIME);
-        SocketState *socks = NULL;
-        UnitInfo unit = {};
-        KubeletView kv = {};
-        bool all_up = true, kubelet, grpcd_up;
-        const char *dir, *grpcd_state;
-        int n_socks = -1;
+        GrpcdView g = { .n_socks = -1 };
+        bool all_up = true;
         size_t serving = 0;
 
         if (argc > 1) {
@@ -222,22 +299,21 @@ int ctl_status(Ctl *c, int argc, char **argv) {
                 all_up = all_up && !ds[i].error;
         }
         if (!ds[0].error)
-                query_kubelet(c, &kv);
-        dir = kv.dir ?: "(unknown: kgpu-probed is not running)";
-        kubelet = kv.known && streq_ptr(kv.state, "present");
+                query_kubelet(c, &g.kv);
+        g.dir = g.kv.dir ?: "(unknown: kgpu-probed is not running)";
         if (!ds[1].error)
-                n_socks = query_sockets(c, &kv, &socks);
-        for (int i = 0; i < n_socks; i++)
-                serving += streq(socks[i].state, "serving");
-        query_unit(c, "kgpu-grpcd.service", &unit);
+                g.n_socks = query_sockets(c, &g.kv, &g.socks);
+        for (int i = 0; i < g.n_socks; i++)
+                serving += streq(g.socks[i].state, "serving");
+        query_unit(c, "kgpu-grpcd.service", &g.unit);
 
         /* systemd's word wins; without systemd, sockets being served mean it runs. */
-        if (unit.active_state)
-                grpcd_up = streq(unit.active_state, "active") || streq(unit.active_state, "reloading");
+        if (g.unit.active_state)
+                g.up = streq(g.unit.active_state, "active") || streq(g.unit.active_state, "reloading");
         else
-                grpcd_up = serving > 0;
-        grpcd_state = unit.active_state ? unit.active_state : grpcd_up ? "serving" : n_socks > 0 ? "down?" : "unknown";
-        if (n_socks > 0 && !grpcd_up)
+                g.up = serving > 0;
+        g.state = g.unit.active_state ? g.unit.active_state : g.up ? "serving" : g.n_socks > 0 ? "down?" : "unknown";
+        if (g.n_socks > 0 && !g.up)
                 all_up = false;
 
         if (c->json)
@@ -245,78 +321,17 @@ int ctl_status(Ctl *c, int argc, char **argv) {
         else
                 printf("%-14s %-10s %-10s %s\n", "DAEMON", "STATE", "VERSION", "UPTIME");
         for (size_t i = 0; i < ELEMENTSOF(ds); i++) {
-                uint64_t up = ds[i].start_time && now > ds[i].start_time ? (now - ds[i].start_time) / 1000000ULL : 0;
-
-                if (c->json) {
-                        printf("%s{\"daemon\":", i ? "," : "");
-                        ctl_json_string(ds[i].name);
-                        printf(",\"running\":%s,\"version\":", ds[i].error ? "false" : "true");
-                        ctl_json_string(ds[i].version);
-                        printf(",\"uptime_seconds\":%llu", (unsigned long long) up);
-                        if (ds[i].error) {
-                                printf(",\"error\":");
-                                ctl_json_string(ds[i].error);
-                        }
-                        printf("}");
-                } else if (ds[i].error)
-                        printf("%-14s %-10s %-10s %s\n", ds[i].name, "down", "-", ds[i].error);
-                else {
-                        printf("%-14s %-10s %-10s ", ds[i].name, "running", ds[i].version);
-                        print_uptime(up);
-                        printf("\n");
-                }
+                print_daemon(c, &ds[i], i == 0, now);
                 free(ds[i].version);
                 free(ds[i].error);
         }
+        print_grpcd(c, &g, now);
 
-        {
-                uint64_t up = unit.active_enter && now > unit.active_enter ? (now - unit.active_enter) / 1000000ULL : 0;
-
-                if (c->json) {
-                        printf(",{\"daemon\":\"kgpu-grpcd\",\"running\":%s,\"state\":", grpcd_up ? "true" : "false");
-                        ctl_json_string(grpcd_state);
-                        printf(",\"uptime_seconds\":%llu,\"status_text\":", (unsigned long long) up);
-                        ctl_json_string(unit.status_text);
-                        printf(",\"device_plugin_path\":");
-                        ctl_json_string(dir);
-                        printf(",\"kubelet_socket\":%s,\"kubelet_state\":", kubelet ? "true" : "false");
-                        ctl_json_string(kv.state);
-                        printf(",\"last_error\":");
-                        ctl_json_string(kv.last_error);
-                        printf(",\"resources\":[");
-                        for (int i = 0; i < n_socks; i++) {
-                                printf("%s{\"resource\":", i ? "," : "");
-                                ctl_json_string(socks[i].resource);
-                                printf(",\"socket\":");
-                                ctl_json_string(socks[i].state);
-                                printf("}");
-                        }
-                        printf("]}]\n");
-                } else {
-                        printf("%-14s %-10s %-10s ", "kgpu-grpcd", grpcd_state, "-");
-                        if (up)
-                                print_uptime(up);
-                        else
-                                printf("-");
-                        printf("%s%s\n", unit.status_text && *unit.status_text ? "  " : "",
-                               unit.status_text ?: "");
-                        printf("\nKubelet socket: %s\n", kv.known ? kv.state : "unknown (kgpu-probed is not running)");
-                        if (!isempty(kv.last_error))
-                                printf("Last failure reaching the kubelet: %s\n", kv.last_error);
-                        printf("\nPlugin sockets in %s:\n", dir);
-                        if (n_socks < 0)
-                                printf("  unknown: the broker is not running\n");
-                        else if (n_socks == 0)
-                                printf("  no resources advertised\n");
-                        for (int i = 0; i < n_socks; i++)
-                                printf("  %-40s %s\n", socks[i].resource, socks[i].state);
-                }
-        }
-        for (int i = 0; i < n_socks; i++)
-                free(socks[i].resource);
-        free(socks);
-        free(unit.active_state);
-        free(unit.status_text);
-        kubelet_view_done(&kv);
+        for (int i = 0; i < g.n_socks; i++)
+                free(g.socks[i].resource);
+        free(g.socks);
+        free(g.unit.active_state);
+        free(g.unit.status_text);
+        kubelet_view_done(&g.kv);
         return all_up ? 0 : -ENOTCONN;
 }

@@ -2,6 +2,7 @@
 /* kgpuctl.c — command-line client of kgpu: dispatch and shared helpers. */
 
 #include <errno.h>
+#include <stdarg.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +53,21 @@ int ctl_call_failed(const char *what, const char *daemon, const sd_bus_error *e,
         else
                 fprintf(stderr, "%s: %s\n", what, e && e->message ? e->message : strerror(r < 0 ? -r : r));
         return r < 0 ? r : -EIO;
+}
+
+int ctl_call(Ctl *c, const char *what, const char *daemon, const char *destination, const char *path,
+             const char *interface, const char *member, sd_bus_message **reply, const char *types, ...) {
+        sd_bus_error e = SD_BUS_ERROR_NULL;
+        va_list ap;
+        int r;
+
+        va_start(ap, types);
+        r = sd_bus_call_methodv(c->bus, destination, path, interface, member, &e, reply, types, ap);
+        va_end(ap);
+        if (r < 0)
+                r = ctl_call_failed(what, daemon, &e, r);
+        sd_bus_error_free(&e);
+        return r;
 }
 
 static void help(void) {

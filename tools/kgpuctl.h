@@ -26,6 +26,10 @@ int ctl_load_config(Ctl *c);
 
 /* Turns a failed call into one clear line on stderr; returns r. */
 int ctl_call_failed(const char *what, const char *daemon, const sd_bus_error *e, int r);
+/* sd_bus_call_method() to daemon; a failure is printed as by ctl_call_failed(what, ...)
+ * and returned as its negative errno. */
+int ctl_call(Ctl *c, const char *what, const char *daemon, const char *destination, const char *path,
+             const char *interface, const char *member, sd_bus_message **reply, const char *types, ...);
 /* Prints s as a JSON string literal. */
 void ctl_json_string(const char *s);
 

@@ -23,6 +23,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "common/bus-names.h"
+#include "common/daemon.h"
 #include "common/log.h"
 #include "common/paths.h"
 #include "common/util.h"
@@ -260,16 +261,9 @@ int manager_start(Manager *m) {
         if (r < 0)
                 log_warning_errno(r, "Failed to enable the watchdog, ignoring: %m");
 
-        r = sd_bus_open_system(&m->bus);
+        r = bus_open_attached(m->event, "kgpu-brokerd", &m->bus);
         if (r < 0)
-                return log_error_errno(r, "Failed to connect to the system bus: %m");
-        (void) sd_bus_set_description(m->bus, "kgpu-brokerd");
-        r = sd_bus_attach_event(m->bus, m->event, SD_EVENT_PRIORITY_NORMAL);
-        if (r < 0)
-                return log_error_errno(r, "Failed to attach the bus to the event loop: %m");
-        r = sd_bus_set_exit_on_disconnect(m->bus, true);
-        if (r < 0)
-                return log_error_errno(r, "Failed to set exit-on-disconnect: %m");
+                return r;
 
         r = broker_dbus_register(m);
         if (r < 0)

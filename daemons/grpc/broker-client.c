@@ -515,6 +515,36 @@ static const char *const forward_member[] = {
         [BROKER_FORWARD_PRESTART] = "PreStartContainer",
 };
 
+/* Over a sharing limit (or the broker's cap on recorded allocations) as far as the broker
+ * knows: it may count a container that has ended. Ask the kubelet who holds what, let the
+ * broker release the rest, and ask once more. A reconciliation only ever releases, so an
+ * Allocate admitted without one would be admitted after one too: only refusals wait for
+ * the kubelet. Returns true when the second try is on its way (f gave it its request). */
+static bool forward_retry_after_reconcile(Forward *f, const sd_bus_error *e) {
+        Forward *again;
+
+        if (!f->req || f->retried || !f->manager->pod_resources ||
+            !(sd_bus_error_has_name(e, KGPU_ERROR_EXHAUSTED) ||
+              sd_bus_error_has_name(e, KGPU_ERROR_TOO_MANY_ALLOCATIONS)))
+                return false;
+        again = calloc(1, sizeof(Forward));
+        if (!again)
+                return false;
+        *again = *f;
+        again->call = grpc_call_ref(f->call);
+        again->retried = true;
+        f->req = NULL;
+        f->resource = NULL;
+        f->request = NULL;
+        if (pod_resources_sync(f->manager->pod_resources, on_retry_synced, again) >= 0) {
+                log_debug("%s: %s; reconciling with the kubelet and asking again.",
+                          grpc_call_get_method(f->call), e->message ?: e->name);
+                return true;
+        }
+        forward_free(again);
+        return false;
+}
+
 static int on_forward_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
         Forward *f = userdata;
         _cleanup_free_ uint8_t *buf = NULL;
@@ -539,33 +569,8 @@ static int on_forward_reply(sd_bus_message *reply, void *userdata, sd_bus_error 
                                      e->message ?: "no message", e->name);
                 if (r < 0)
                         text = NULL;
-                /* Over a sharing limit (or the broker's cap on recorded allocations) as
-                 * far as the broker knows: it may count a container that has ended. Ask
-                 * the kubelet who holds what, let the broker release the rest, and ask
-                 * once more. A reconciliation only ever releases, so an Allocate admitted
-                 * without one would be admitted after one too: only refusals wait for the
-                 * kubelet. */
-                if (f->req && !f->retried &&
-                    (sd_bus_error_has_name(e, KGPU_ERROR_EXHAUSTED) ||
-                     sd_bus_error_has_name(e, KGPU_ERROR_TOO_MANY_ALLOCATIONS)) &&
-                    f->manager->pod_resources) {
-                        Forward *again = calloc(1, sizeof(Forward));
-
-                        if (again) {
-                                *again = *f;
-                                again->call = grpc_call_ref(f->call);
-                                again->retried = true;
-                                f->req = NULL;
-                                f->resource = NULL;
-                                f->request = NULL;
-                                if (pod_resources_sync(f->manager->pod_resources, on_retry_synced, again) >= 0) {
-                                        log_debug("%s: %s; reconciling with the kubelet and asking again.",
-                                                  grpc_call_get_method(f->call), e->message ?: e->name);
-                                        return 0;
-                                }
-                                forward_free(again);
-                        }
-                }
+                if (forward_retry_after_reconcile(f, e))
+                        return 0;
                 log_debug("%s: %s", grpc_call_get_method(f->call), text ?: e->name);
                 (void) grpc_call_finish(f->call, status, text ?: e->name);
                 return 0;

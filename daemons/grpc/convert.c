@@ -152,6 +152,25 @@ static int devices_check_unique(const GrpcdDevice *d, size_t n) {
         return 0;
 }
 
+/* One (ssai) entry of GetDevices: id, health and NUMA nodes. */
+static int device_init(GrpcdDevice *d, const char *id, const char *health, const int32_t *numa, size_t n_numa) {
+        *d = (GrpcdDevice) {
+                .id = strdup(id),
+                .healthy = streq(health, "Healthy"),
+        };
+        if (!d->id)
+                return -ENOMEM;
+        if (n_numa == 0)
+                return 0;
+        d->numa_nodes = calloc(n_numa, sizeof(int64_t));
+        if (!d->numa_nodes)
+                return -ENOMEM;
+        for (size_t i = 0; i < n_numa; i++)
+                d->numa_nodes[i] = numa[i];
+        d->n_numa_nodes = n_numa;
+        return 0;
+}
+
 int grpcd_devices_from_bus(sd_bus_message *m, GrpcdDevice **ret, size_t *ret_n) {
         GrpcdDevice *d = NULL;
         size_t n = 0, allocated = 0;
@@ -199,25 +218,10 @@ int grpcd_devices_from_bus(sd_bus_message *m, GrpcdDevice **ret, size_t *ret_n) 
                         }
                         d = nd;
                 }
-                d[n] = (GrpcdDevice) {
-                        .id = strdup(id),
-                        .healthy = streq(health, "Healthy"),
-                };
-                if (!d[n].id) {
-                        r = -ENOMEM;
+                /* Counted at once: grpcd_devices_free() frees what it got so far. */
+                r = device_init(&d[n++], id, health, numa, n_numa);
+                if (r < 0)
                         goto fail;
-                }
-                n++;
-                if (n_numa > 0) {
-                        d[n - 1].numa_nodes = calloc(n_numa, sizeof(int64_t));
-                        if (!d[n - 1].numa_nodes) {
-                                r = -ENOMEM;
-                                goto fail;
-                        }
-                        for (size_t i = 0; i < n_numa; i++)
-                                d[n - 1].numa_nodes[i] = numa[i];
-                        d[n - 1].n_numa_nodes = n_numa;
-                }
         }
         r = sd_bus_message_exit_container(m);
         if (r < 0)
@@ -501,44 +505,46 @@ static int read_string_dup(sd_bus_message *m, char **ret) {
         return 0;
 }
 
-/* a{ss} -> map entries; make() allocates one entry message. */
-typedef struct MapEntry {
-        ProtobufCMessage base;
-        char *key;
-        char *value;
-} MapEntry;
+/* The shape of a D-Bus array whose items each become one protobuf message. */
+typedef struct ListShape {
+        const char *array;              /* contents of the array: "(ssb)" */
+        char type;                      /* of one item: 'r', 'e' or 'a' */
+        const char *item;               /* contents of one item: "ssb" */
+} ListShape;
 
-static int read_map(sd_bus_message *m, const ProtobufCMessageDescriptor *desc,
-                    void *entries, size_t *n_entries) {
+typedef int (*ItemReader)(sd_bus_message *m, void *item);
+
+/* Reads the array as shaped, at most max items: each is allocated as a message of desc,
+ * appended to *items (so it is freed with its parent even when reading fails) and
+ * filled by read_item from inside the item's container. */
+static int read_message_list(sd_bus_message *m, const ListShape *shape, size_t max,
+                             const ProtobufCMessageDescriptor *desc, ItemReader read_item,
+                             void *items, size_t *n_items) {
         int r;
 
-        r = sd_bus_message_enter_container(m, 'a', "{ss}");
+        r = sd_bus_message_enter_container(m, 'a', shape->array);
         if (r <= 0)
                 return -EBADMSG;
         for (;;) {
-                MapEntry *e;
+                ProtobufCMessage *item;
 
-                r = sd_bus_message_enter_container(m, 'e', "ss");
+                r = sd_bus_message_enter_container(m, shape->type, shape->item);
                 if (r < 0)
                         return bus_to_errno(r);
                 if (r == 0)
                         break;
-                if (*n_entries >= GRPCD_ENTRIES_MAX)
+                if (*n_items >= max)
                         return -EBADMSG;
-                /* The generated entry types share the MapEntry layout (base, key, value). */
-                e = malloc(desc->sizeof_message);
-                if (!e)
+                item = malloc(desc->sizeof_message);
+                if (!item)
                         return -ENOMEM;
-                protobuf_c_message_init(desc, e);
-                r = ptr_array_push(entries, n_entries, e);
+                protobuf_c_message_init(desc, item);
+                r = ptr_array_push(items, n_items, item);
                 if (r < 0) {
-                        free(e);
+                        free(item);
                         return r;
                 }
-                r = read_string_dup(m, &e->key);
-                if (r < 0)
-                        return r;
-                r = read_string_dup(m, &e->value);
+                r = read_item(m, item);
                 if (r < 0)
                         return r;
                 r = sd_bus_message_exit_container(m);
@@ -549,98 +555,63 @@ static int read_map(sd_bus_message *m, const ProtobufCMessageDescriptor *desc,
         return r < 0 ? bus_to_errno(r) : 0;
 }
 
-static int read_container_response(sd_bus_message *m, V1beta1__ContainerAllocateResponse *c) {
+/* a{ss} -> map entries. The generated entry types share the MapEntry layout (base, key,
+ * value). */
+typedef struct MapEntry {
+        ProtobufCMessage base;
+        char *key;
+        char *value;
+} MapEntry;
+
+static int read_map_entry(sd_bus_message *m, void *item) {
+        MapEntry *e = item;
         int r;
 
-        r = read_map(m, &v1beta1__container_allocate_response__envs_entry__descriptor,
-                     &c->envs, &c->n_envs);
+        r = read_string_dup(m, &e->key);
         if (r < 0)
                 return r;
+        return read_string_dup(m, &e->value);
+}
 
-        r = sd_bus_message_enter_container(m, 'a', "(ssb)");
-        if (r <= 0)
-                return -EBADMSG;
-        for (;;) {
-                V1beta1__Mount *mt;
-                int ro;
+static int read_map(sd_bus_message *m, const ProtobufCMessageDescriptor *desc,
+                    void *entries, size_t *n_entries) {
+        static const ListShape shape = { "{ss}", 'e', "ss" };
 
-                r = sd_bus_message_enter_container(m, 'r', "ssb");
-                if (r < 0)
-                        return bus_to_errno(r);
-                if (r == 0)
-                        break;
-                if (c->n_mounts >= GRPCD_ENTRIES_MAX)
-                        return -EBADMSG;
-                mt = malloc(sizeof(*mt));
-                if (!mt)
-                        return -ENOMEM;
-                v1beta1__mount__init(mt);
-                r = ptr_array_push(&c->mounts, &c->n_mounts, mt);
-                if (r < 0) {
-                        free(mt);
-                        return r;
-                }
-                r = read_string_dup(m, &mt->container_path);
-                if (r < 0)
-                        return r;
-                r = read_string_dup(m, &mt->host_path);
-                if (r < 0)
-                        return r;
-                r = sd_bus_message_read_basic(m, 'b', &ro);
-                if (r <= 0)
-                        return -EBADMSG;
-                mt->read_only = !!ro;
-                r = sd_bus_message_exit_container(m);
-                if (r < 0)
-                        return bus_to_errno(r);
-        }
-        r = sd_bus_message_exit_container(m);
-        if (r < 0)
-                return bus_to_errno(r);
+        return read_message_list(m, &shape, GRPCD_ENTRIES_MAX, desc, read_map_entry, entries, n_entries);
+}
 
-        r = sd_bus_message_enter_container(m, 'a', "(sss)");
-        if (r <= 0)
-                return -EBADMSG;
-        for (;;) {
-                V1beta1__DeviceSpec *ds;
+static int read_mount(sd_bus_message *m, void *item) {
+        V1beta1__Mount *mt = item;
+        int ro, r;
 
-                r = sd_bus_message_enter_container(m, 'r', "sss");
-                if (r < 0)
-                        return bus_to_errno(r);
-                if (r == 0)
-                        break;
-                if (c->n_devices >= GRPCD_ENTRIES_MAX)
-                        return -EBADMSG;
-                ds = malloc(sizeof(*ds));
-                if (!ds)
-                        return -ENOMEM;
-                v1beta1__device_spec__init(ds);
-                r = ptr_array_push(&c->devices, &c->n_devices, ds);
-                if (r < 0) {
-                        free(ds);
-                        return r;
-                }
-                r = read_string_dup(m, &ds->container_path);
-                if (r < 0)
-                        return r;
-                r = read_string_dup(m, &ds->host_path);
-                if (r < 0)
-                        return r;
-                r = read_string_dup(m, &ds->permissions);
-                if (r < 0)
-                        return r;
-                r = sd_bus_message_exit_container(m);
-                if (r < 0)
-                        return bus_to_errno(r);
-        }
-        r = sd_bus_message_exit_container(m);
-        if (r < 0)
-                return bus_to_errno(r);
-
-        r = read_map(m, &v1beta1__container_allocate_response__annotations_entry__descriptor,
-                     &c->annotations, &c->n_annotations);
+        r = read_string_dup(m, &mt->container_path);
         if (r < 0)
                 return r;
+        r = read_string_dup(m, &mt->host_path);
+        if (r < 0)
+                return r;
+        r = sd_bus_message_read_basic(m, 'b', &ro);
+        if (r <= 0)
+                return -EBADMSG;
+        mt->read_only = !!ro;
+        return 0;
+}
+
+static int read_device_spec(sd_bus_message *m, void *item) {
+        V1beta1__DeviceSpec *ds = item;
+        int r;
+
+        r = read_string_dup(m, &ds->container_path);
+        if (r < 0)
+                return r;
+        r = read_string_dup(m, &ds->host_path);
+        if (r < 0)
+                return r;
+        return read_string_dup(m, &ds->permissions);
+}
+
+static int read_cdi_devices(sd_bus_message *m, V1beta1__ContainerAllocateResponse *c) {
+        int r;
 
         r = sd_bus_message_enter_container(m, 'a', "s");
         if (r <= 0)
@@ -675,7 +646,32 @@ static int read_container_response(sd_bus_message *m, V1beta1__ContainerAllocate
         return r < 0 ? bus_to_errno(r) : 0;
 }
 
+static int read_container_response(sd_bus_message *m, void *item) {
+        static const ListShape mounts = { "(ssb)", 'r', "ssb" }, devices = { "(sss)", 'r', "sss" };
+        V1beta1__ContainerAllocateResponse *c = item;
+        int r;
+
+        r = read_map(m, &v1beta1__container_allocate_response__envs_entry__descriptor,
+                     &c->envs, &c->n_envs);
+        if (r < 0)
+                return r;
+        r = read_message_list(m, &mounts, GRPCD_ENTRIES_MAX, &v1beta1__mount__descriptor, read_mount,
+                              &c->mounts, &c->n_mounts);
+        if (r < 0)
+                return r;
+        r = read_message_list(m, &devices, GRPCD_ENTRIES_MAX, &v1beta1__device_spec__descriptor,
+                              read_device_spec, &c->devices, &c->n_devices);
+        if (r < 0)
+                return r;
+        r = read_map(m, &v1beta1__container_allocate_response__annotations_entry__descriptor,
+                     &c->annotations, &c->n_annotations);
+        if (r < 0)
+                return r;
+        return read_cdi_devices(m, c);
+}
+
 int grpcd_allocate_reply_read(sd_bus_message *reply, size_t n_containers, V1beta1__AllocateResponse **ret) {
+        static const ListShape shape = { "(a{ss}a(ssb)a(sss)a{ss}as)", 'r', "a{ss}a(ssb)a(sss)a{ss}as" };
         V1beta1__AllocateResponse *resp;
         int r;
 
@@ -684,60 +680,15 @@ int grpcd_allocate_reply_read(sd_bus_message *reply, size_t n_containers, V1beta
                 return -ENOMEM;
         v1beta1__allocate_response__init(resp);
 
-        r = sd_bus_message_enter_container(reply, 'a', "(a{ss}a(ssb)a(sss)a{ss}as)");
-        if (r <= 0) {
+        r = read_message_list(reply, &shape, n_containers, &v1beta1__container_allocate_response__descriptor,
+                              read_container_response, &resp->container_responses, &resp->n_container_responses);
+        if (r >= 0 && resp->n_container_responses != n_containers)
                 r = -EBADMSG;
-                goto finish;
+        if (r >= 0) {
+                *ret = TAKE_PTR(resp);
+                return 0;
         }
-        for (;;) {
-                V1beta1__ContainerAllocateResponse *c;
-
-                r = sd_bus_message_enter_container(reply, 'r', "a{ss}a(ssb)a(sss)a{ss}as");
-                if (r < 0) {
-                        r = bus_to_errno(r);
-                        goto finish;
-                }
-                if (r == 0)
-                        break;
-                if (resp->n_container_responses >= n_containers) {
-                        r = -EBADMSG;
-                        goto finish;
-                }
-                c = malloc(sizeof(*c));
-                if (!c) {
-                        r = -ENOMEM;
-                        goto finish;
-                }
-                v1beta1__container_allocate_response__init(c);
-                r = ptr_array_push(&resp->container_responses, &resp->n_container_responses, c);
-                if (r < 0) {
-                        free(c);
-                        goto finish;
-                }
-                r = read_container_response(reply, c);
-                if (r < 0)
-                        goto finish;
-                r = sd_bus_message_exit_container(reply);
-                if (r < 0) {
-                        r = bus_to_errno(r);
-                        goto finish;
-                }
-        }
-        r = sd_bus_message_exit_container(reply);
-        if (r < 0) {
-                r = bus_to_errno(r);
-                goto finish;
-        }
-        if (resp->n_container_responses != n_containers) {
-                r = -EBADMSG;
-                goto finish;
-        }
-
-        *ret = TAKE_PTR(resp);
-        r = 0;
-finish:
-        if (resp)
-                protobuf_c_message_free_unpacked(&resp->base, NULL);
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
         return r;
 }
 
@@ -754,8 +705,35 @@ int grpcd_allocate_reply_from_bus(sd_bus_message *reply, size_t n_containers,
         return r;
 }
 
+static int read_preferred_ids(sd_bus_message *m, void *item) {
+        V1beta1__ContainerPreferredAllocationResponse *c = item;
+        int r;
+
+        for (;;) {
+                const char *id;
+                char *dup;
+
+                r = sd_bus_message_read_basic(m, 's', &id);
+                if (r < 0)
+                        return bus_to_errno(r);
+                if (r == 0)
+                        return 0;
+                if (c->n_deviceids >= GRPCD_IDS_MAX || !grpcd_device_id_valid(id))
+                        return -EBADMSG;
+                dup = strdup(id);
+                if (!dup)
+                        return -ENOMEM;
+                r = ptr_array_push(&c->deviceids, &c->n_deviceids, dup);
+                if (r < 0) {
+                        free(dup);
+                        return r;
+                }
+        }
+}
+
 int grpcd_preferred_reply_from_bus(sd_bus_message *reply, size_t n_containers,
                                    uint8_t **ret, size_t *ret_len) {
+        static const ListShape shape = { "as", 'a', "s" };
         V1beta1__PreferredAllocationResponse *resp;
         int r;
 
@@ -764,80 +742,13 @@ int grpcd_preferred_reply_from_bus(sd_bus_message *reply, size_t n_containers,
                 return -ENOMEM;
         v1beta1__preferred_allocation_response__init(resp);
 
-        r = sd_bus_message_enter_container(reply, 'a', "as");
-        if (r <= 0) {
+        r = read_message_list(reply, &shape, n_containers,
+                              &v1beta1__container_preferred_allocation_response__descriptor, read_preferred_ids,
+                              &resp->container_responses, &resp->n_container_responses);
+        if (r >= 0 && resp->n_container_responses != n_containers)
                 r = -EBADMSG;
-                goto finish;
-        }
-        for (;;) {
-                V1beta1__ContainerPreferredAllocationResponse *c;
-
-                r = sd_bus_message_enter_container(reply, 'a', "s");
-                if (r < 0) {
-                        r = bus_to_errno(r);
-                        goto finish;
-                }
-                if (r == 0)
-                        break;
-                if (resp->n_container_responses >= n_containers) {
-                        r = -EBADMSG;
-                        goto finish;
-                }
-                c = malloc(sizeof(*c));
-                if (!c) {
-                        r = -ENOMEM;
-                        goto finish;
-                }
-                v1beta1__container_preferred_allocation_response__init(c);
-                r = ptr_array_push(&resp->container_responses, &resp->n_container_responses, c);
-                if (r < 0) {
-                        free(c);
-                        goto finish;
-                }
-                for (;;) {
-                        const char *id;
-                        char *dup;
-
-                        r = sd_bus_message_read_basic(reply, 's', &id);
-                        if (r < 0) {
-                                r = bus_to_errno(r);
-                                goto finish;
-                        }
-                        if (r == 0)
-                                break;
-                        if (c->n_deviceids >= GRPCD_IDS_MAX || !grpcd_device_id_valid(id)) {
-                                r = -EBADMSG;
-                                goto finish;
-                        }
-                        dup = strdup(id);
-                        if (!dup) {
-                                r = -ENOMEM;
-                                goto finish;
-                        }
-                        r = ptr_array_push(&c->deviceids, &c->n_deviceids, dup);
-                        if (r < 0) {
-                                free(dup);
-                                goto finish;
-                        }
-                }
-                r = sd_bus_message_exit_container(reply);
-                if (r < 0) {
-                        r = bus_to_errno(r);
-                        goto finish;
-                }
-        }
-        r = sd_bus_message_exit_container(reply);
-        if (r < 0) {
-                r = bus_to_errno(r);
-                goto finish;
-        }
-        if (resp->n_container_responses != n_containers) {
-                r = -EBADMSG;
-                goto finish;
-        }
-
-        r = grpcd_message_pack(&resp->base, ret, ret_len);
-finish:
+        if (r >= 0)
+                r = grpcd_message_pack(&resp->base, ret, ret_len);
         protobuf_c_message_free_unpacked(&resp->base, NULL);
         return r;
 }

@@ -29,7 +29,7 @@
 #include <systemd/sd-bus.h>
 
 #include "common/cleanup.h"
-#include "common/grpc-h2.h"
+#include "grpc/grpc-h2.h"
 #include "deviceplugin.pb-c.h"
 
 #define GRPCD_RESOURCES_MAX        256u   /* resources the broker may advertise */

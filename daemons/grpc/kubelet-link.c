@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/bus-names.h"
+#include "common/bus-util.h"
 #include "common/log.h"
 #include "common/resource-name.h"
 #include "common/util.h"
@@ -114,14 +115,27 @@ fail:
         return r;
 }
 
-static int read_string_property(sd_bus_message *msg, char **p) {
-        const char *s;
+static int kubelet_property(sd_bus_message *msg, const char *name, const char *contents, void *userdata) {
+        Manager *m = userdata;
         int r;
 
-        r = sd_bus_message_read(msg, "s", &s);
-        if (r < 0)
-                return r;
-        return free_and_strdup(p, s);
+        if (streq(name, "KubeletInode") && streq(contents, "t"))
+                r = sd_bus_message_read_basic(msg, 't', &m->kubelet_inode);
+        else if (streq(name, "KubeletState") && streq(contents, "s"))
+                r = bus_read_string_dup(msg, &m->kubelet_state);
+        else if (streq(name, "DevicePluginPath") && streq(contents, "s"))
+                r = bus_read_string_dup(msg, &m->device_plugin_path);
+        else if (streq(name, "RegistrationSocket") && streq(contents, "s"))
+                r = bus_read_string_dup(msg, &m->registration_socket);
+        else if (streq(name, "PodResourcesSocket") && streq(contents, "s"))
+                r = bus_read_string_dup(msg, &m->pod_resources_socket);
+        else if (streq(name, "LastError") && streq(contents, "s"))
+                r = bus_read_string_dup(msg, &m->probe_last_error);
+        else if (streq(name, "PluginSockets") && streq(contents, "a(st)"))
+                r = read_plugin_sockets(m, msg);
+        else
+                return 0;
+        return r < 0 ? r : 1;
 }
 
 /* Applies an a{sv} of io.kgpu.Kubelet1 properties (GetAll or PropertiesChanged). */
@@ -131,51 +145,7 @@ static int apply_properties(Manager *m, sd_bus_message *msg) {
         int r;
 
         old_state = m->kubelet_state ? strdup(m->kubelet_state) : NULL;
-        r = sd_bus_message_enter_container(msg, 'a', "{sv}");
-        if (r < 0)
-                return r;
-        for (;;) {
-                const char *name, *contents;
-
-                r = sd_bus_message_enter_container(msg, 'e', "sv");
-                if (r < 0)
-                        return r;
-                if (r == 0)
-                        break;
-                r = sd_bus_message_read(msg, "s", &name);
-                if (r < 0)
-                        return r;
-                r = sd_bus_message_peek_type(msg, NULL, &contents);
-                if (r < 0)
-                        return r;
-                r = sd_bus_message_enter_container(msg, 'v', contents);
-                if (r < 0)
-                        return r;
-                if (streq(name, "KubeletInode") && streq(contents, "t"))
-                        r = sd_bus_message_read(msg, "t", &m->kubelet_inode);
-                else if (streq(name, "KubeletState") && streq(contents, "s"))
-                        r = read_string_property(msg, &m->kubelet_state);
-                else if (streq(name, "DevicePluginPath") && streq(contents, "s"))
-                        r = read_string_property(msg, &m->device_plugin_path);
-                else if (streq(name, "RegistrationSocket") && streq(contents, "s"))
-                        r = read_string_property(msg, &m->registration_socket);
-                else if (streq(name, "PodResourcesSocket") && streq(contents, "s"))
-                        r = read_string_property(msg, &m->pod_resources_socket);
-                else if (streq(name, "LastError") && streq(contents, "s"))
-                        r = read_string_property(msg, &m->probe_last_error);
-                else if (streq(name, "PluginSockets") && streq(contents, "a(st)"))
-                        r = read_plugin_sockets(m, msg);
-                else
-                        r = sd_bus_message_skip(msg, contents);
-                if (r < 0)
-                        return r;
-                r = sd_bus_message_exit_container(msg);
-                if (r >= 0)
-                        r = sd_bus_message_exit_container(msg);
-                if (r < 0)
-                        return r;
-        }
-        r = sd_bus_message_exit_container(msg);
+        r = bus_read_property_map(msg, kubelet_property, m);
         if (r < 0)
                 return r;
 

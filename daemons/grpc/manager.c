@@ -17,10 +17,10 @@
 
 #include <systemd/sd-daemon.h>
 
+#include "common/daemon.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "daemons/grpc/podresources.h"
-#include "daemons/grpc/reload.h"
 #include "daemons/grpc/broker-client.h"
 #include "daemons/grpc/gpus-link.h"
 #include "daemons/grpc/kubelet-link.h"
@@ -216,22 +216,9 @@ void manager_kubelet_update(Manager *m, uint64_t old_inode) {
 int manager_start(Manager *m) {
         int r;
 
-        r = sd_bus_open_system(&m->bus);
+        r = bus_open_attached(m->event, "kgpu-grpcd", &m->bus);
         if (r < 0)
-                return log_error_errno(r, "Failed to connect to the system bus: %m");
-        (void) sd_bus_set_description(m->bus, "kgpu-grpcd");
-        r = sd_bus_attach_event(m->bus, m->event, SD_EVENT_PRIORITY_NORMAL);
-        if (r < 0)
-                return log_error_errno(r, "Failed to attach the bus to the event loop: %m");
-        r = sd_bus_set_exit_on_disconnect(m->bus, true);
-        if (r < 0)
-                return log_error_errno(r, "Failed to set exit-on-disconnect: %m");
-
-        if (m->args) {
-                r = grpcd_reload_watch_sighup(m);
-                if (r < 0)
-                        return log_error_errno(r, "Failed to handle SIGHUP: %m");
-        }
+                return r;
 
         r = pod_resources_client_new(m, &m->pod_resources);
         if (r >= 0)

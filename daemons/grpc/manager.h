@@ -81,8 +81,6 @@ typedef struct Manager {
 
         /* Reconciliation with the kubelet's PodResources (podresources.c). */
         struct PodResourcesClient *pod_resources;
-        /* The command line of the start, for SIGHUP reloads (reload.c); NULL in tests. */
-        const struct DaemonArgs *args;
 
         unsigned last_status_registered;
         bool status_sent;

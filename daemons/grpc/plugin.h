@@ -21,7 +21,7 @@
 #include <systemd/sd-bus.h>
 #include <systemd/sd-event.h>
 
-#include "common/grpc-h2.h"
+#include "grpc/grpc-h2.h"
 #include "daemons/grpc/convert.h"
 
 typedef struct Manager Manager;

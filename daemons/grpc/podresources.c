@@ -18,7 +18,7 @@
 #include <systemd/sd-event.h>
 
 #include "common/bus-names.h"
-#include "common/grpc-h2.h"
+#include "grpc/grpc-h2.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "daemons/grpc/kubelet-link.h"

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include "common/bus-names.h"
+#include "common/bus-util.h"
 #include "common/util.h"
 #include "daemons/grpc/probe-gpus.h"
 
@@ -68,46 +69,25 @@ static bool by_path_node_valid(const char *s) {
         return p && *p && !strchr(p, '/') && path_valid(s);
 }
 
-typedef bool (*PathCheck)(const char *s);
-
-/* Reads an "as" (already inside its variant): every entry must pass check, at most
- * PROBE_GPUS_NODES_MAX of them. *bad is set (and the array consumed) otherwise. */
-static int read_paths(sd_bus_message *m, PathCheck check, char ***ret, bool *bad) {
-        _cleanup_strv_free_ char **l = NULL;
-        size_t n = 0;
+/* Reads an "as" (already inside its variant) with bus_read_strv_bounded(): *bad is set
+ * when it is refused; *ret is replaced only while nothing was refused. */
+static int read_paths(sd_bus_message *m, BusStringCheck check, char ***ret, bool *bad) {
+        char **l = NULL;
         int r;
 
-        l = calloc(1, sizeof(char *));
-        if (!l)
-                return -ENOMEM;
-        r = sd_bus_message_enter_container(m, 'a', "s");
+        r = bus_read_strv_bounded(m, PROBE_GPUS_NODES_MAX, check, &l);
+        if (r == -EBADMSG) {
+                *bad = true;
+                return 0;
+        }
         if (r < 0)
                 return r;
-        for (;;) {
-                const char *v;
-
-                r = sd_bus_message_read_basic(m, 's', &v);
-                if (r < 0)
-                        return r;
-                if (r == 0)
-                        break;
-                if (++n > PROBE_GPUS_NODES_MAX || !check(v)) {
-                        *bad = true;
-                        continue;
-                }
-                if (!*bad && !strv_contains(l, v)) {
-                        r = strv_extend(&l, v);
-                        if (r < 0)
-                                return r;
-                }
+        if (*bad) {
+                strv_free(l);
+                return 0;
         }
-        r = sd_bus_message_exit_container(m);
-        if (r < 0)
-                return r;
-        if (!*bad) {
-                strv_free(*ret);
-                *ret = TAKE_PTR(l);
-        }
+        strv_free(*ret);
+        *ret = l;
         return 0;
 }
 
@@ -270,101 +250,89 @@ static bool string_valid(unsigned which, const char *v) {
         }
 }
 
+/* The Gpu1 properties of one message, validated before any of them is applied. */
+typedef struct GpuProperties {
+        char *strings[_S_MAX];
+        char **device_nodes, **by_path_nodes;
+        ProbeMig *migs;
+        size_t n_migs;
+        int32_t index;
+        bool have_index, have_migs, bad;
+} GpuProperties;
+
+static void gpu_properties_done(GpuProperties *p) {
+        for (unsigned i = 0; i < _S_MAX; i++)
+                free(p->strings[i]);
+        strv_free(p->device_nodes);
+        strv_free(p->by_path_nodes);
+        migs_free(p->migs, p->n_migs);
+}
+
+static int gpu_property(sd_bus_message *m, const char *name, const char *contents, void *userdata) {
+        GpuProperties *p = userdata;
+        int which = -1;
+        int r;
+
+        for (unsigned i = 0; i < _S_MAX; i++)
+                if (streq(name, string_names[i]))
+                        which = (int) i;
+
+        if (which >= 0 && streq(contents, "s")) {
+                const char *v;
+
+                r = sd_bus_message_read_basic(m, 's', &v);
+                if (r < 0)
+                        return r;
+                if (!string_valid((unsigned) which, v))
+                        p->bad = true;
+                else {
+                        r = free_and_strdup(&p->strings[which], v);
+                        if (r < 0)
+                                return r;
+                }
+                return 1;
+        }
+        if (streq(name, "Index") && streq(contents, "i")) {
+                r = sd_bus_message_read_basic(m, 'i', &p->index);
+                if (r < 0)
+                        return r;
+                p->have_index = true;
+                if (p->index < -1 || p->index > PROBE_GPUS_INDEX_MAX)
+                        p->bad = true;
+                return 1;
+        }
+        if ((streq(name, "DeviceNodes") || streq(name, "ByPathNodes")) && streq(contents, "as")) {
+                bool device = streq(name, "DeviceNodes");
+
+                r = read_paths(m, device ? dev_node_valid : by_path_node_valid,
+                               device ? &p->device_nodes : &p->by_path_nodes, &p->bad);
+                return r < 0 ? r : 1;
+        }
+        if (streq(name, "MigDevices") && streq(contents, "a(ussuuast)")) {
+                r = read_migs(m, &p->migs, &p->n_migs, &p->bad);
+                if (r < 0)
+                        return r;
+                p->have_migs = true;
+                return 1;
+        }
+        /* A property we keep, with the wrong type, refuses the object; the others are
+         * not ours to judge. */
+        if (which >= 0 || streq(name, "Index") || streq(name, "DeviceNodes") ||
+            streq(name, "ByPathNodes") || streq(name, "MigDevices"))
+                p->bad = true;
+        return 0;
+}
+
 int probe_gpu_apply_properties(ProbeGpu *g, sd_bus_message *m) {
-        char *strings[_S_MAX] = {};
-        _cleanup_strv_free_ char **device_nodes = NULL, **by_path_nodes = NULL;
-        ProbeMig *migs = NULL;
-        size_t n_migs = 0;
-        bool have_index = false, have_migs = false, bad = false;
-        int32_t index = -1;
+        GpuProperties p = { .index = -1 };
         int r;
 
         /* The whole dict is consumed even when a value is refused, so that the caller can
          * go on reading the message. */
-        r = sd_bus_message_enter_container(m, 'a', "{sv}");
+        r = bus_read_property_map(m, gpu_property, &p);
         if (r < 0)
                 goto finish;
-        for (;;) {
-                const char *name, *contents;
-                int which = -1;
-
-                r = sd_bus_message_enter_container(m, 'e', "sv");
-                if (r < 0)
-                        goto finish;
-                if (r == 0)
-                        break;
-                r = sd_bus_message_read_basic(m, 's', &name);
-                if (r < 0)
-                        goto finish;
-                r = sd_bus_message_peek_type(m, NULL, &contents);
-                if (r < 0)
-                        goto finish;
-                for (unsigned i = 0; i < _S_MAX; i++)
-                        if (streq(name, string_names[i]))
-                                which = (int) i;
-
-                if (which >= 0 && streq(contents, "s")) {
-                        const char *v;
-
-                        r = sd_bus_message_read(m, "v", "s", &v);
-                        if (r < 0)
-                                goto finish;
-                        if (!string_valid((unsigned) which, v))
-                                bad = true;
-                        else {
-                                r = free_and_strdup(&strings[which], v);
-                                if (r < 0)
-                                        goto finish;
-                        }
-                } else if (streq(name, "Index") && streq(contents, "i")) {
-                        r = sd_bus_message_read(m, "v", "i", &index);
-                        if (r < 0)
-                                goto finish;
-                        have_index = true;
-                        if (index < -1 || index > PROBE_GPUS_INDEX_MAX)
-                                bad = true;
-                } else if ((streq(name, "DeviceNodes") || streq(name, "ByPathNodes")) && streq(contents, "as")) {
-                        bool device = streq(name, "DeviceNodes");
-
-                        r = sd_bus_message_enter_container(m, 'v', "as");
-                        if (r < 0)
-                                goto finish;
-                        r = read_paths(m, device ? dev_node_valid : by_path_node_valid,
-                                       device ? &device_nodes : &by_path_nodes, &bad);
-                        if (r < 0)
-                                goto finish;
-                        r = sd_bus_message_exit_container(m);
-                        if (r < 0)
-                                goto finish;
-                } else if (streq(name, "MigDevices") && streq(contents, "a(ussuuast)")) {
-                        r = sd_bus_message_enter_container(m, 'v', "a(ussuuast)");
-                        if (r < 0)
-                                goto finish;
-                        r = read_migs(m, &migs, &n_migs, &bad);
-                        if (r < 0)
-                                goto finish;
-                        r = sd_bus_message_exit_container(m);
-                        if (r < 0)
-                                goto finish;
-                        have_migs = true;
-                } else {
-                        /* A property we keep, with the wrong type, refuses the object;
-                         * the others are not ours to judge. */
-                        if (which >= 0 || streq(name, "Index") || streq(name, "DeviceNodes") ||
-                            streq(name, "ByPathNodes") || streq(name, "MigDevices"))
-                                bad = true;
-                        r = sd_bus_message_skip(m, "v");
-                        if (r < 0)
-                                goto finish;
-                }
-                r = sd_bus_message_exit_container(m);
-                if (r < 0)
-                        goto finish;
-        }
-        r = sd_bus_message_exit_container(m);
-        if (r < 0)
-                goto finish;
-        if (bad) {
+        if (p.bad) {
                 r = -EBADMSG;
                 goto finish;
         }
@@ -375,77 +343,69 @@ int probe_gpu_apply_properties(ProbeGpu *g, sd_bus_message *m) {
                                i == S_RENDER ? &g->render_node : &g->mps_pipe_directory;
 
                 /* Only what the message carried changes. */
-                if (strings[i])
-                        free_and_replace(*field, strings[i]);
+                if (p.strings[i])
+                        free_and_replace(*field, p.strings[i]);
         }
-        if (device_nodes) {
+        if (p.device_nodes) {
                 strv_free(g->device_nodes);
-                g->device_nodes = TAKE_PTR(device_nodes);
+                g->device_nodes = TAKE_PTR(p.device_nodes);
         }
-        if (by_path_nodes) {
+        if (p.by_path_nodes) {
                 strv_free(g->by_path_nodes);
-                g->by_path_nodes = TAKE_PTR(by_path_nodes);
+                g->by_path_nodes = TAKE_PTR(p.by_path_nodes);
         }
-        if (have_migs) {
+        if (p.have_migs) {
                 migs_free(g->migs, g->n_migs);
-                g->migs = TAKE_PTR(migs);
-                g->n_migs = n_migs;
-                n_migs = 0;
+                g->migs = TAKE_PTR(p.migs);
+                g->n_migs = p.n_migs;
+                p.n_migs = 0;
         }
-        if (have_index)
-                g->index = index;
+        if (p.have_index)
+                g->index = p.index;
         r = 0;
 finish:
-        /* free_and_replace() left NULL where a value moved; the rest was not taken. */
-        for (unsigned i = 0; i < _S_MAX; i++)
-                free(strings[i]);
-        migs_free(migs, n_migs);
+        /* What was applied moved out (NULL is left); the rest was not taken. */
+        gpu_properties_done(&p);
         return r;
+}
+
+typedef struct GpuRead {
+        const char *path;
+        ProbeGpu *gpu;
+        bool bad;
+} GpuRead;
+
+static int gpu_read_interface(sd_bus_message *m, void *userdata) {
+        GpuRead *gr = userdata;
+        int r;
+
+        r = probe_gpu_new(gr->path, &gr->gpu);
+        if (r == -EINVAL) {
+                gr->bad = true;
+                return 0;
+        }
+        if (r < 0)
+                return r;
+        r = probe_gpu_apply_properties(gr->gpu, m);
+        if (r == -EBADMSG) {
+                /* Consumed: go on, refuse at the end. */
+                gr->bad = true;
+                gr->gpu = probe_gpu_free(gr->gpu);
+                return 1;
+        }
+        return r < 0 ? r : 1;
 }
 
 int probe_gpus_read_interfaces(sd_bus_message *m, const char *path, ProbeGpu **ret) {
         _cleanup_(probe_gpu_freep) ProbeGpu *g = NULL;
-        bool bad = false;
+        GpuRead gr = { .path = path };
         int r;
 
-        r = sd_bus_message_enter_container(m, 'a', "{sa{sv}}");
+        r = bus_read_interface_map(m, KGPU_GPU_INTERFACE, gpu_read_interface, &gr);
+        g = gr.gpu;
         if (r < 0)
                 return r;
-        for (;;) {
-                const char *iface;
-
-                r = sd_bus_message_enter_container(m, 'e', "sa{sv}");
-                if (r < 0)
-                        return r;
-                if (r == 0)
-                        break;
-                r = sd_bus_message_read_basic(m, 's', &iface);
-                if (r < 0)
-                        return r;
-                if (streq(iface, KGPU_GPU_INTERFACE) && !g && !bad) {
-                        r = probe_gpu_new(path, &g);
-                        if (r == -EINVAL)
-                                bad = true;
-                        else if (r < 0)
-                                return r;
-                        r = g ? probe_gpu_apply_properties(g, m) : sd_bus_message_skip(m, "a{sv}");
-                        if (r == -EBADMSG) {
-                                bad = true;
-                                g = probe_gpu_free(g);
-                                r = 0;
-                        }
-                } else
-                        r = sd_bus_message_skip(m, "a{sv}");
-                if (r < 0)
-                        return r;
-                r = sd_bus_message_exit_container(m);
-                if (r < 0)
-                        return r;
-        }
-        r = sd_bus_message_exit_container(m);
-        if (r < 0)
-                return r;
-        if (bad)
+        if (gr.bad)
                 return -EBADMSG;
         if (!g)
                 return 0;
@@ -534,6 +494,24 @@ static ssize_t gpus_position(const ProbeGpus *s, const char *path, bool *ret_fou
         return (ssize_t) lo;
 }
 
+/* Sorts l by path and drops repeated paths (the bus does not repeat a dict key, but a
+ * hostile peer may: the first is kept). Returns how many were dropped. */
+static size_t gpus_sort_unique(ProbeGpu **l, size_t *n) {
+        size_t dropped = 0;
+
+        if (*n > 1)
+                qsort(l, *n, sizeof(ProbeGpu *), gpu_path_cmp);
+        for (size_t i = 1; i < *n;)
+                if (streq(l[i - 1]->path, l[i]->path)) {
+                        probe_gpu_free(l[i]);
+                        memmove(l + i, l + i + 1, (*n - i - 1) * sizeof(ProbeGpu *));
+                        (*n)--;
+                        dropped++;
+                } else
+                        i++;
+        return dropped;
+}
+
 int probe_gpus_replace(ProbeGpus *s, sd_bus_message *reply, size_t *ret_skipped) {
         ProbeGpu **l = NULL;
         size_t n = 0, skipped = 0;
@@ -589,18 +567,7 @@ int probe_gpus_replace(ProbeGpus *s, sd_bus_message *reply, size_t *ret_skipped)
         if (r < 0)
                 goto fail;
 
-        if (n > 1)
-                qsort(l, n, sizeof(ProbeGpu *), gpu_path_cmp);
-        /* The bus does not repeat a dict key, but a hostile peer may: keep the first. */
-        for (size_t i = 1; i < n;)
-                if (streq(l[i - 1]->path, l[i]->path)) {
-                        probe_gpu_free(l[i]);
-                        memmove(l + i, l + i + 1, (n - i - 1) * sizeof(ProbeGpu *));
-                        n--;
-                        skipped++;
-                } else
-                        i++;
-
+        skipped += gpus_sort_unique(l, &n);
         gpus_clear(s->gpus, s->n_gpus);
         s->gpus = l;
         s->n_gpus = n;

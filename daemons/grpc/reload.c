@@ -8,7 +8,6 @@
  */
 
 #include <errno.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,16 +28,13 @@ static void note_restart(const char *key, const char *a, const char *b) {
                 log_notice("%s changed; kgpu-grpcd uses the new value after a restart.", key);
 }
 
-int grpcd_reload(Manager *m) {
+int grpcd_reload(Manager *m, const DaemonArgs *args) {
         _cleanup_(config_freep) Config *c = NULL;
         Config *cur = m->config;
         int r;
 
-        if (!m->args)
-                return -EOPNOTSUPP;
-
         (void) sd_notify(false, "RELOADING=1");
-        r = daemon_load_config(m->args, &c);  /* logs file:line:key */
+        r = daemon_load_config(args, &c);  /* logs file:line:key */
         if (r < 0) {
                 log_error("Refusing to reload the configuration, the running one stays in force.");
                 (void) sd_notify(false, "READY=1");
@@ -73,20 +69,4 @@ int grpcd_reload(Manager *m) {
         log_info("Reloaded the configuration from %s.", cur->file ?: "defaults");
         (void) sd_notify(false, "READY=1");
         return 0;
-}
-
-static int on_sighup(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
-        log_info("Received SIGHUP, reloading the configuration.");
-        (void) grpcd_reload(userdata);
-        return 0;
-}
-
-int grpcd_reload_watch_sighup(Manager *m) {
-        sigset_t mask;
-
-        sigemptyset(&mask);
-        sigaddset(&mask, SIGHUP);
-        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
-                return -errno;
-        return sd_event_add_signal(m->event, NULL, SIGHUP, on_sighup, m);
 }

@@ -3,7 +3,7 @@
  * reload.h — kgpu-grpcd re-reads kgpu.yaml on SIGHUP (systemctl reload).
  *
  * Contract: grpcd_reload() loads the configuration with the command line of the start
- * (Manager.args). An invalid file is logged (file:line:key) and changes nothing.
+ * (the daemon skeleton keeps it, common/daemon.h), as start-up does. An invalid file is logged (file:line:key) and changes nothing.
  * Otherwise the settings that apply to a running grpcd are taken over: logLevel,
  * kubelet.podResourcesSocket, kubelet.reconcileIntervalSec (timer restarted),
  * kubelet.registerTimeoutMs, grpc.brokerTimeoutMs, flags.plugin.cdiAnnotationPrefix (the
@@ -15,7 +15,7 @@
 #pragma once
 
 typedef struct Manager Manager;
+typedef struct DaemonArgs DaemonArgs;
 
-int grpcd_reload(Manager *m);
-/* Blocks SIGHUP and handles it with grpcd_reload(). */
-int grpcd_reload_watch_sighup(Manager *m);
+/* SIGHUP (common/daemon.c calls it through DaemonHooks.reload). */
+int grpcd_reload(Manager *m, const DaemonArgs *args);

@@ -12,12 +12,9 @@
  */
 
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <systemd/sd-daemon.h>
 
 #include "common/bus-introspect.h"
 #include "common/config.h"
@@ -86,40 +83,27 @@ static int remove_outputs(const DaemonArgs *args) {
         return ret;
 }
 
-static int run(int argc, char *argv[]) {
-        _cleanup_(manager_freep) Manager *m = NULL;
-        _cleanup_(config_freep) Config *config = NULL;
-        _cleanup_(daemon_args_done) DaemonArgs args = {};
-        ProbeReload reload = {};
-        sigset_t ss;
+static int probe_verb(const DaemonArgs *args) {
+        /* The only verb: remove-outputs. */
+        return remove_outputs(args) < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+static int probe_start(Daemon *d, Config *c) {
+        _cleanup_(config_freep) Config *config = c;
+        Manager *m;
+        const char *key = NULL;
         int r;
-
-        log_setup("kgpu-probed");
-        log_parse_environment();
-
-        r = daemon_parse_argv(&info, argc, argv, &args);
-        if (r <= 0)
-                return r;
-        if (streq_ptr(args.verb, "remove-outputs"))
-                return remove_outputs(&args);
-
-        r = daemon_load_config(&args, &config);
-        if (r < 0)
-                return r;
 
         r = manager_new(&m);
         if (r < 0)
                 return log_error_errno(r, "Failed to allocate manager: %m");
+        d->state = m;
 
-        {
-                const char *key = NULL;
-
-                r = manager_configure(m, config, &key);
-                if (r == -EINVAL)
-                        return log_error_errno(r, "Invalid configuration: %s.", key);
-                if (r < 0)
-                        return log_oom();
-        }
+        r = manager_configure(m, config, &key);
+        if (r == -EINVAL)
+                return log_error_errno(r, "Invalid configuration: %s.", key);
+        if (r < 0)
+                return log_oom();
 
         r = manager_set_broker_user(m, config->broker_user);
         if (r < 0)
@@ -130,44 +114,44 @@ static int run(int argc, char *argv[]) {
                 log_notice_errno(r, "Front end user '%s' not found, only root may use io.kgpu.Kubelet1: %m",
                                  config->grpc_user);
 
-        if (sigemptyset(&ss) < 0 || sigaddset(&ss, SIGTERM) < 0 || sigaddset(&ss, SIGINT) < 0 ||
-            sigprocmask(SIG_BLOCK, &ss, NULL) < 0)
-                return log_error_errno(negative_errno(), "Failed to block signals: %m");
-        r = sd_event_add_signal(m->event, NULL, SIGTERM, NULL, NULL);
-        if (r >= 0)
-                r = sd_event_add_signal(m->event, NULL, SIGINT, NULL, NULL);
-        if (r < 0)
-                return log_error_errno(r, "Failed to watch signals: %m");
-        reload = (ProbeReload) { .manager = m, .args = &args };
-        r = probe_reload_watch_sighup(&reload);
-        if (r < 0)
-                return log_error_errno(r, "Failed to handle SIGHUP: %m");
+        return manager_start(m);
+}
 
-        r = manager_start(m);
-        if (r < 0)
-                return r;
-        /* WatchdogSec= in the unit: sd-event pings at half the interval. */
-        (void) sd_event_set_watchdog(m->event, true);
+static void probe_started(Daemon *d) {
+        Manager *m = d->state;
 
         log_struct(LOG_INFO, KGPU_MESSAGE_STARTED, "kgpu-probed %s started, %zu GPUs.",
                    KGPU_VERSION, m->n_gpus);
-        (void) sd_notify(false, "READY=1");
+}
 
-        r = sd_event_loop(m->event);
-        (void) sd_notify(false, "STOPPING=1");
-        if (r < 0)
-                return log_error_errno(r, "Event loop failed: %m");
+static void probe_on_reload(Daemon *d) {
+        (void) probe_reload(&(ProbeReload) { .manager = d->state, .args = &d->args });
+}
+
+static int probe_exit_status(Daemon *d, int r) {
         if (r == KUBELET_EXIT_RESTART)  /* logged by kubelet.c */
                 return r;
-        if (r > 0)      /* sd-bus exit-on-disconnect */
-                return log_error_errno(-ECONNRESET, "Disconnected from the bus, exiting.");
-        return 0;
+        if (r < 0)
+                return EXIT_FAILURE;
+        if (r > 0) {    /* sd-bus exit-on-disconnect */
+                log_error_errno(-ECONNRESET, "Disconnected from the bus, exiting.");
+                return EXIT_FAILURE;
+        }
+        return EXIT_SUCCESS;
 }
 
-int main(int argc, char *argv[]) {
-        int r = run(argc, argv);
-
-        if (r == KUBELET_EXIT_RESTART)
-                return r;
-        return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+static void probe_free(void *state) {
+        manager_free(state);
 }
+
+/* The probe stays root (its unit drops every capability): no .user. */
+static const DaemonHooks hooks = {
+        .verb = probe_verb,
+        .start = probe_start,
+        .started = probe_started,
+        .reload = probe_on_reload,
+        .exit_status = probe_exit_status,
+        .free = probe_free,
+};
+
+DEFINE_DAEMON_MAIN(info, hooks)

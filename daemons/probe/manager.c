@@ -18,6 +18,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "common/bus-names.h"
+#include "common/daemon.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "daemons/probe/kubelet.h"
@@ -500,19 +501,12 @@ static int manager_start_udev(Manager *m) {
 static int manager_connect_bus(Manager *m) {
         int r;
 
-        r = sd_bus_open_system(&m->bus);
+        r = bus_open_attached(m->event, "kgpu-probed", &m->bus);
         if (r < 0)
-                return log_error_errno(r, "Failed to connect to the system bus: %m");
+                return r;
         r = probe_dbus_register(m);
         if (r < 0)
                 return log_error_errno(r, "Failed to register D-Bus objects: %m");
-        r = sd_bus_attach_event(m->bus, m->event, SD_EVENT_PRIORITY_NORMAL);
-        if (r < 0)
-                return log_error_errno(r, "Failed to attach bus to event loop: %m");
-        /* Without the bus nobody can see us: exit and let the service manager restart us. */
-        r = sd_bus_set_exit_on_disconnect(m->bus, true);
-        if (r < 0)
-                return log_error_errno(r, "Failed to set exit-on-disconnect: %m");
         r = sd_bus_request_name(m->bus, KGPU_PROBE_BUS_NAME, 0);
         if (r < 0)
                 return log_error_errno(r, "Failed to acquire bus name %s: %m", KGPU_PROBE_BUS_NAME);

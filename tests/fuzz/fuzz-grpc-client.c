@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * fuzz-grpc-client.c — libFuzzer target for the gRPC client (common/grpc-h2.c): the
+ * fuzz-grpc-client.c — libFuzzer target for the gRPC client (grpc/client.c): the
  * input is what a hostile "kubelet" writes back on the socket.
  *
  * Contract: per input, one unary call is made to a listening unix socket owned by the
@@ -21,7 +21,7 @@
 
 #include <systemd/sd-event.h>
 
-#include "common/grpc-h2.h"
+#include "grpc/grpc-h2.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * fuzz-grpc-h2.c — libFuzzer target for the gRPC server framing (common/grpc-h2.c).
+ * fuzz-grpc-h2.c — libFuzzer target for the gRPC server framing (grpc/).
  *
  * Contract: each input is fed into a fresh server connection as if read from its socket
  * (the HTTP/2 client magic is prepended unless the input starts with "PRI "), then the
@@ -18,8 +18,8 @@
 
 #include <systemd/sd-event.h>
 
-#include "common/grpc-h2.h"
-#include "common/grpc-h2-internal.h"
+#include "grpc/grpc-h2.h"
+#include "grpc/grpc-h2-internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

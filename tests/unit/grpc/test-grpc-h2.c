@@ -25,8 +25,8 @@
 
 #include <systemd/sd-event.h>
 
-#include "common/grpc-h2.h"
-#include "common/grpc-h2-internal.h"
+#include "grpc/grpc-h2.h"
+#include "grpc/grpc-h2-internal.h"
 #include "common/util.h"
 #include "tests/unit/test-main.h"
 

@@ -36,7 +36,7 @@
 
 #include "common/bus-names.h"
 #include "common/config.h"
-#include "common/grpc-h2.h"
+#include "grpc/grpc-h2.h"
 #include "common/util.h"
 #include "daemons/grpc/manager.h"
 #include "daemons/grpc/plugin.h"

@@ -27,7 +27,7 @@
 #include <systemd/sd-event.h>
 
 #include "common/config.h"
-#include "common/grpc-h2.h"
+#include "grpc/grpc-h2.h"
 #include "common/util.h"
 #include "daemons/grpc/convert.h"
 #include "daemons/grpc/manager.h"

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/grpc-h2.h"
+#include "grpc/grpc-h2.h"
 
 typedef struct GrpcConnection GrpcConnection;
 

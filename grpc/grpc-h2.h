@@ -22,6 +22,20 @@
  *    grpc_call_send_latest() replaces a message the peer has not taken yet.
  *  - max_connections and max_streams_per_connection are enforced (extra connections are
  *    closed at accept, extra streams refused with REFUSED_STREAM).
+ *
+ * Details callers may rely on:
+ *  - A handler runs once the request stream has ended (END_STREAM), for both kinds.
+ *    It must answer (reply/finish) or keep a reference and answer later; a call it
+ *    drops unanswered stays open until the peer gives up.
+ *  - grpc_call_set_closed_handler(c, NULL, NULL) disarms a pending closed handler.
+ *  - A finished call never gets its closed handler.
+ *  - Client: timeout_usec 0 means no deadline (and no grpc-timeout header); answers
+ *    up to 16 MiB are accepted (the kubelet's PodResources limit).
+ *  - While a peer does not take our output, its connection is not read either, so a
+ *    flooding peer cannot make us queue without bound; a peer whose pending output
+ *    does not move for 30 s, that sends no client preface within 10 s, or that does
+ *    not take our GOAWAY within 5 s is disconnected (open calls get their closed
+ *    handler as for any disconnect).
  */
 #pragma once
 

@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * config-internal.h — what the files of the configuration share: the option table's
+ * types, the value parser of every type (config-value.c), the YAML reader's context
+ * and its errors (config.c), and the NVIDIA v1 sections read by config-nvidia.c.
+ *
+ * Contract: not for users of config.h. Functions return 0 or a negative errno; a
+ * refused value is -EINVAL (-ERANGE out of bounds, -EOPNOTSUPP not implemented by
+ * kgpu) with a static message in *ret_why, a refused file -EINVAL with the message
+ * "FILE:LINE: KEY: what" in ParseContext.error.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <yaml.h>
+
+#include "common/config.h"
+#include "common/util.h"
+
+#define CONFIG_FILE_MAX (1024U * 1024U)
+#define CONFIG_DEPTH_MAX 16
+#define CONFIG_SCALAR_MAX 4096
+
+typedef enum OptionType {
+        OPTION_STRING,
+        OPTION_PATH,            /* absolute path */
+        OPTION_BOOL,
+        OPTION_UINT32,
+        OPTION_STRV,            /* YAML sequence of scalars, or comma separated */
+        OPTION_ALLOCATION_POLICY,
+        OPTION_BY_PATH,
+        OPTION_LOG_LEVEL,
+        OPTION_VERSION,         /* the NVIDIA file's "version": only v1 */
+        OPTION_ENUM,            /* one of names[], stored as the enum's int */
+        OPTION_DEVICE_LIST_STRATEGY, /* DEVICE_LIST_STRATEGY_* set: one value, a list or comma separated */
+        OPTION_ANNOTATION_PREFIX, /* non-empty annotation key prefix */
+        OPTION_IGNORED,         /* accepted (names[]: these values only), logged at notice, not stored */
+        OPTION_FALSE_ONLY,      /* a boolean kgpu does not implement: only false is accepted */
+        OPTION_EMPTY_ONLY,      /* a list kgpu does not implement: only an empty list is accepted */
+        OPTION_SHARED_RESOURCES, /* sharing.*.resources: a list of mappings into the ConfigSharing at offset */
+        OPTION_RESOURCE_PATTERNS, /* resources.gpus/mig: {pattern, name} mappings; only the default names */
+} OptionType;
+
+typedef struct ConfigOption {
+        const char *key;        /* dotted YAML key */
+        const char *env[3];     /* environment variables, first found wins */
+        const char *flag;       /* long option name */
+        OptionType type;
+        size_t offset;
+        const char *def;        /* default as text, NULL: none */
+        uint32_t min, max;      /* OPTION_UINT32 bounds */
+        const char *help;       /* OPTION_IGNORED, OPTION_FALSE_ONLY: why */
+        const char * const *names; /* OPTION_ENUM values in enum order; OPTION_IGNORED accepted values (NULL: any) */
+        bool alias;             /* another key for a field an earlier entry owns (not freed, no default) */
+} ConfigOption;
+
+#define OFF(f) offsetof(Config, f)
+
+/* Names of the enumerations, in enum order, NULL-terminated where an OPTION_ENUM reads them. */
+extern const char * const config_mig_strategy_names[];
+extern const char * const config_device_id_strategy_names[];
+extern const char * const config_replica_policy_names[];
+/* Bit i of a DEVICE_LIST_STRATEGY_* set is config_device_list_strategy_names[i]. */
+extern const char * const config_device_list_strategy_names[];
+extern const char * const config_mps_launcher_names[];
+extern const char * const config_device_discovery_strategy_names[];
+
+/* config-value.c */
+bool config_is_printable(const char *s);
+bool config_names_contain(const char * const *names, const char *s);
+int config_device_list_strategy_from_string(const char *s, uint32_t *ret);
+/* Sets one option from text. On failure returns -EINVAL and a message in *ret_why. */
+int config_option_set(Config *c, const ConfigOption *o, const char *value, const char **ret_why);
+
+/* config.c */
+typedef struct ParseContext {
+        Config *config;
+        yaml_document_t *doc;
+        const char *name;
+        char *error;
+        /* Lines (1-based, 0: absent) of the sharing sections and their resources lists. */
+        size_t time_slicing_line, time_slicing_resources_line;
+        size_t mps_line, mps_resources_line;
+} ParseContext;
+
+int config_parse_error(ParseContext *ctx, const yaml_node_t *node, const char *key, const char *fmt, ...) _printf_(4, 5);
+int config_parse_error_line(ParseContext *ctx, size_t line, const char *key, const char *fmt, ...) _printf_(4, 5);
+
+/* config-nvidia.c */
+void config_shared_resources_free(ConfigSharedResource *r, size_t n);
+int config_parse_shared_resources(ParseContext *ctx, const ConfigOption *o, const char *key, yaml_node_t *node);
+int config_parse_resource_patterns(ParseContext *ctx, const ConfigOption *o, const char *key, yaml_node_t *node);
+int config_check_sharing_sections(ParseContext *ctx);
