@@ -48,19 +48,3 @@ int probe_reload(ProbeReload *p) {
         (void) sd_notify(false, "READY=1");
         return 0;
 }
-
-static int on_sighup(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
-        log_info("Received SIGHUP, reloading the configuration.");
-        (void) probe_reload(userdata);
-        return 0;
-}
-
-int probe_reload_watch_sighup(ProbeReload *p) {
-        sigset_t mask;
-
-        sigemptyset(&mask);
-        sigaddset(&mask, SIGHUP);
-        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
-                return -errno;
-        return sd_event_add_signal(p->manager->event, NULL, SIGHUP, on_sighup, p);
-}

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * reload.h — kgpu-probed re-reads kgpu.yaml on SIGHUP (systemctl reload).
+ * reload.h — kgpu-probed re-reads kgpu.yaml on SIGHUP (systemctl reload); the daemon
+ * skeleton (common/daemon.c) catches the signal and calls probe_reload() through its hook.
  *
  * Contract: probe_reload() loads the configuration with the command line of the start.
  * An invalid file (file:line:key, or a bad byte count) is logged and changes nothing.
@@ -20,5 +21,3 @@ typedef struct ProbeReload {
 } ProbeReload;
 
 int probe_reload(ProbeReload *p);
-/* Blocks SIGHUP and handles it with probe_reload(); p must outlive the event loop. */
-int probe_reload_watch_sighup(ProbeReload *p);
