@@ -110,7 +110,7 @@ typedef struct NvidiaTable {
         char *problem;
 } NvidiaTable;
 
-struct NvidiaState {
+typedef struct NvidiaState {
         bool enabled;
         ConfigMigStrategy mig_strategy;
         ConfigDeviceIdStrategy id_strategy;
@@ -127,7 +127,7 @@ struct NvidiaState {
         char **ever;            /* every NVIDIA resource name advertised so far */
         char **shapes;          /* per Resources.gpus entry, what the table was built from
                                  * (gpu_shape()); NULL: rebuild on the next refresh */
-};
+} NvidiaState;
 
 /* ---- state ---- */
 
@@ -162,7 +162,9 @@ static void table_done(NvidiaTable *t) {
         *t = (NvidiaTable) {};
 }
 
-NvidiaState *nvidia_state_free(NvidiaState *s) {
+static void *nvidia_state_free(void *p) {
+        NvidiaState *s = p;
+
         if (!s)
                 return NULL;
         free(s->cdi_prefix);
@@ -173,8 +175,8 @@ NvidiaState *nvidia_state_free(NvidiaState *s) {
         return mfree(s);
 }
 
-static const NvidiaState *state(const Resources *r) {
-        return r ? r->nvidia : NULL;
+static NvidiaState *state(const Resources *r) {
+        return resources_backend_state(r, &nvidia_backend);
 }
 
 /* ---- options ---- */
@@ -220,7 +222,6 @@ static int shares_add(const ConfigSharing *cs, NvidiaSharing kind, NvidiaShare *
 }
 
 int resources_set_nvidia_options(Resources *r, const Config *c) {
-        resources_memo_clear(r);
         _cleanup_free_ char *prefix = NULL;
         NvidiaShare *shares = NULL;
         size_t n_shares = 0, room;
@@ -249,14 +250,15 @@ int resources_set_nvidia_options(Resources *r, const Config *c) {
                 return k;
         }
 
-        if (!r->nvidia) {
-                r->nvidia = calloc(1, sizeof(NvidiaState));
-                if (!r->nvidia) {
+        s = state(r);
+        if (!s) {
+                s = calloc(1, sizeof(NvidiaState));
+                if (!s) {
                         shares_free(shares, n_shares);
                         return -ENOMEM;
                 }
+                resources_backend_set_state(r, &nvidia_backend, s);
         }
-        s = r->nvidia;
         s->enabled = c->nvidia_enabled;
         s->mig_strategy = c->nvidia_mig_strategy;
         s->id_strategy = c->nvidia_device_id_strategy;
@@ -272,7 +274,7 @@ int resources_set_nvidia_options(Resources *r, const Config *c) {
         s->n_shares = n_shares;
         s->shapes = strv_free(s->shapes);
 
-        return resources_refresh_nvidia(r, NULL);
+        return resources_refresh(r, NULL);
 }
 
 /* ---- building the table ---- */
@@ -896,9 +898,9 @@ static char *gpu_shape(const GpuInfo *g) {
         return shape;
 }
 
-int nvidia_refresh(Resources *r, char ***ret_advertised, char ***ret_changed) {
+static int nvidia_refresh(Resources *r, char ***ret_advertised, char ***ret_changed) {
         _cleanup_strv_free_ char **shapes = NULL;
-        NvidiaState *s = r->nvidia;
+        NvidiaState *s = state(r);
         NvidiaTable t = {};
         int k;
 
@@ -980,6 +982,19 @@ fail:
         return k;
 }
 
+/* Rebuilds the device table and advertises its names. */
+static int nvidia_refresh_names(Resources *r, char ***changed) {
+        _cleanup_strv_free_ char **advertised = NULL;
+        int k;
+
+        if (!state(r))
+                return 0;
+        k = nvidia_refresh(r, &advertised, changed);
+        for (char **n = advertised; k >= 0 && n && *n; n++)
+                k = resources_advertise(r, &nvidia_backend, *n, changed);
+        return k;
+}
+
 const char *resources_nvidia_problem(const Resources *r) {
         return state(r) ? state(r)->table.problem : NULL;
 }
@@ -1011,7 +1026,7 @@ static const Gpu *unit_gpu(const Resources *r, const NvidiaUnit *u) {
         return &r->gpus[u->gpu];
 }
 
-int nvidia_get_devices(const Resources *r, const char *resource, Device **ret, size_t *ret_n) {
+static int nvidia_get_devices(const Resources *r, const char *resource, Device **ret, size_t *ret_n) {
         const NvidiaState *s = state(r);
         const NvidiaResource *res = s ? table_resource(&s->table, resource) : NULL;
         _cleanup_free_ Device *d = NULL;
@@ -1062,8 +1077,8 @@ static int request_units(const NvidiaState *s, const NvidiaResource *res, char *
 
 /* ---- Allocate ---- */
 
-int nvidia_check_allocate(const Resources *r, const char *resource,
-                          char ** const *requests, size_t n_requests, ResourceError *e) {
+static int nvidia_check_allocate(const Resources *r, const char *resource,
+                                 char ** const *requests, size_t n_requests, ResourceError *e) {
         const NvidiaState *s = state(r);
         const NvidiaResource *res = s ? table_resource(&s->table, resource) : NULL;
 
@@ -1102,17 +1117,8 @@ static bool all_cdi(const NvidiaState *s) {
         return !(s->list_strategy & (DEVICE_LIST_STRATEGY_ENVVAR | DEVICE_LIST_STRATEGY_VOLUME_MOUNTS));
 }
 
-static void spec_add(DeviceSpec *specs, size_t *m, const char *path) {
-        if (isempty(path))
-                return;
-        for (size_t i = 0; i < *m; i++)
-                if (streq(specs[i].host_path, path))
-                        return;
-        specs[(*m)++] = (DeviceSpec) { .container_path = path, .host_path = path, .permissions = "rw" };
-}
-
-int nvidia_allocate_specs(const Resources *r, const char *resource, char * const *ids,
-                          DeviceSpec **ret, size_t *ret_n) {
+static int nvidia_allocate_specs(const Resources *r, const char *resource, char * const *ids,
+                                 DeviceSpec **ret, size_t *ret_n) {
         const NvidiaState *s = state(r);
         const NvidiaResource *res = s ? table_resource(&s->table, resource) : NULL;
         _cleanup_free_ DeviceSpec *specs = NULL;
@@ -1144,18 +1150,18 @@ int nvidia_allocate_specs(const Resources *r, const char *resource, char * const
                 const GpuInfo *g = &unit_gpu(r, u)->info;
 
                 for (char **p = g->device_nodes; p && *p; p++)
-                        spec_add(specs, &m, *p);
+                        device_specs_add(specs, &m, *p);
                 if (u->mig >= 0)
                         for (char **p = g->mig_devices[u->mig].device_nodes; p && *p; p++)
-                                spec_add(specs, &m, *p);
+                                device_specs_add(specs, &m, *p);
         }
         *ret = TAKE_PTR(specs);
         *ret_n = m;
         return 0;
 }
 
-int nvidia_allocate_extras(const Resources *r, const char *resource, char * const *ids,
-                           MountSpec **ret_mounts, size_t *ret_n_mounts, char ***ret_cdi) {
+static int nvidia_allocate_extras(const Resources *r, const char *resource, char * const *ids,
+                                  MountSpec **ret_mounts, size_t *ret_n_mounts, char ***ret_cdi) {
         const NvidiaState *s = state(r);
         const NvidiaResource *res = s ? table_resource(&s->table, resource) : NULL;
         _cleanup_free_ MountSpec *mounts = NULL;
@@ -1316,21 +1322,6 @@ static int nvidia_allocate_envs(const Resources *r, const char *resource, char *
                         return k;
         }
 
-        *ret_envs = TAKE_PTR(envs);
-        *ret_annotations = TAKE_PTR(annotations);
-        return 0;
-}
-
-int resources_allocate_envs(const Resources *r, const char *resource, char * const *ids,
-                            char ***ret_envs, char ***ret_annotations) {
-        _cleanup_strv_free_ char **envs = NULL, **annotations = NULL;
-
-        if (resources_is_nvidia(r, resource))
-                return nvidia_allocate_envs(r, resource, ids, ret_envs, ret_annotations);
-        envs = calloc(1, sizeof(char *));
-        annotations = calloc(1, sizeof(char *));
-        if (!envs || !annotations)
-                return -ENOMEM;
         *ret_envs = TAKE_PTR(envs);
         *ret_annotations = TAKE_PTR(annotations);
         return 0;
@@ -1597,25 +1588,10 @@ int resources_nvidia_preferred_allocation(const Resources *r, const char *resour
         bool replicas = false, mig = false;
         int k;
 
-        k = resources_check_name(r, resource, e);
+        k = resources_check_preferred(r, resource, (char * const *[]) { must_include, available, held }, 3,
+                                      size, e);
         if (k < 0)
                 return k;
-        if (size <= 0 || size > RESOURCES_IDS_MAX)
-                return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -EINVAL,
-                                          "Allocation size %d out of range 1..%u", (int) size, RESOURCES_IDS_MAX);
-        char * const *lists[3] = { must_include, available, held };
-        for (size_t l = 0; l < ELEMENTSOF(lists); l++) {
-                size_t c = 0;
-
-                for (char * const *i = lists[l]; i && *i; i++) {
-                        if (++c > RESOURCES_IDS_MAX)
-                                return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -E2BIG,
-                                                          "More than %u device ids in one request", RESOURCES_IDS_MAX);
-                        if (strnlen(*i, RESOURCES_ID_MAX + 1) > RESOURCES_ID_MAX)
-                                return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -EINVAL,
-                                                          "Device id longer than %u bytes", RESOURCES_ID_MAX);
-                }
-        }
 
         res = s ? table_resource(&s->table, resource) : NULL;
         result = calloc((size_t) size + 1, sizeof(char *));
@@ -1761,3 +1737,38 @@ int resources_nvidia_preferred_allocation(const Resources *r, const char *resour
         *ret = TAKE_PTR(result);
         return 0;
 }
+
+static int nvidia_preferred(const Resources *r, const char *resource, char * const *available,
+                            char * const *must_include, int32_t size, char ***ret, ResourceError *e) {
+        return resources_nvidia_preferred_allocation(r, resource, available, must_include, NULL, size, ret, e);
+}
+
+/* NVIDIA replicas are ids of their own: no per-GPU container limit. */
+static uint32_t nvidia_share_limit(const Resources *r, const char *resource) {
+        return 0;
+}
+
+static int nvidia_configure(Resources *r, const Config *c, const char **ret_what) {
+        int k;
+
+        k = resources_set_nvidia_options(r, c);
+        if (k < 0 && k != -ENOMEM)
+                *ret_what = "NVIDIA sharing configuration (sharing.timeSlicing / sharing.mps resources)";
+        return k;
+}
+
+const Backend nvidia_backend = {
+        .name = "nvidia",
+        .state_free = nvidia_state_free,
+        .configure = nvidia_configure,
+        .refresh = nvidia_refresh_names,
+        .devices = nvidia_get_devices,
+        .check_allocate = nvidia_check_allocate,
+        .allocate_specs = nvidia_allocate_specs,
+        .allocate_extras = nvidia_allocate_extras,
+        .allocate_envs = nvidia_allocate_envs,
+        .preferred_allocation = nvidia_preferred,
+        .share_limit = nvidia_share_limit,
+        .problem = resources_nvidia_problem,
+        .label = "NVIDIA GPUs",
+};

@@ -633,7 +633,7 @@ static int probe_remove_gpu(Manager *m, const char *path, char ***changed) {
 static void probe_emit(Manager *m, char **changed) {
         /* A new GPU, or one whose MPS plan changed (memory now known): SetMps where needed. */
         (void) mps_client_sync(m, false);
-        manager_log_nvidia_problem(m);
+        manager_log_problem(m);
         if (strv_length(changed) == 0)
                 return;
         inventory_save(m);      /* for a broker restarted while the probe is down */

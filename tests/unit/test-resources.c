@@ -9,6 +9,7 @@
 
 #include "common/bus-names.h"
 #include "common/util.h"
+#include "daemons/broker/intel.h"
 #include "daemons/broker/resources.h"
 
 static GpuInfo gpu(const char *id, const char *driver, bool healthy, int numa, const char *card, const char *render) {

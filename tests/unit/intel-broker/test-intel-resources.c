@@ -10,6 +10,7 @@
 
 #include "common/bus-names.h"
 #include "common/util.h"
+#include "daemons/broker/intel.h"
 #include "daemons/broker/resources.h"
 
 static char *card0_nodes[] = { (char *) "/dev/dri/card0", (char *) "/dev/dri/renderD128", NULL };
