@@ -207,6 +207,148 @@ static int pair_matrix(const GpuInfo * const *nodes, size_t n, Score *m) {
 #define MARK_COUNTED    4U
 #define MARK_HELD       8U
 
+/* One preferred allocation being built: the result so far and a mark per device of the
+ * resource (by position in the table's range). */
+typedef struct Pick {
+        const Resources *r;
+        const NvidiaState *s;
+        const NvidiaResource *res;
+        char **result;
+        size_t n_result, size;
+        uint8_t *mark;
+        ResourceError *e;
+} Pick;
+
+static size_t pick_pos(const Pick *p, const NvidiaDevice *d) {
+        return (size_t) (d - &p->s->table.devices[p->res->start]);
+}
+
+static int pick_oom(Pick *p) {
+        return resource_error_set(p->e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
+}
+
+static int pick_take(Pick *p, const NvidiaDevice *d) {
+        if (!(p->result[p->n_result] = strdup(d->id)))
+                return pick_oom(p);
+        p->n_result++;
+        p->mark[pick_pos(p, d)] |= MARK_RESULT;
+        return 0;
+}
+
+/* Whole GPUs: topology over the candidates (<= NVIDIA_GPUS_MAX) and the GPUs already
+ * taken. */
+static int pick_topology(Pick *p, const Cand *cand, size_t n_cand, size_t need) {
+        _cleanup_free_ const GpuInfo **nodes = NULL;
+        _cleanup_free_ Score *full = NULL, *w = NULL;
+        Score wm[64] = {};
+        size_t m = MIN(n_cand, (size_t) 64), t = m;
+        uint64_t mask;
+        int k;
+
+        nodes = calloc(m + p->n_result + 1, sizeof(GpuInfo *));
+        if (!nodes)
+                return pick_oom(p);
+        for (size_t i = 0; i < m; i++)
+                nodes[i] = &nvidia_unit_gpu(p->r, cand[i].u)->info;
+        for (size_t j = 0; j < p->n_result; j++) {
+                const NvidiaDevice *d = nvidia_find_device(p->s, p->res, p->result[j]);
+
+                if (d)
+                        nodes[t++] = &nvidia_unit_gpu(p->r, &p->s->table.units[d->unit])->info;
+        }
+        full = calloc(t * t + 1, sizeof(Score));
+        w = calloc(m * m + 1, sizeof(Score));
+        if (!full || !w || pair_matrix(nodes, t, full) < 0)
+                return pick_oom(p);
+        for (size_t i = 0; i < m; i++) {
+                for (size_t j = 0; j < m; j++)
+                        w[i * m + j] = full[i * t + j];
+                for (size_t j = m; j < t; j++)
+                        score_add(&wm[i], &full[i * t + j]);
+        }
+        mask = topo_choose(w, wm, m, MIN(need, m));
+        for (size_t i = 0; i < m; i++)
+                if (mask & (UINT64_C(1) << i)) {
+                        k = pick_take(p, cand[i].d);
+                        if (k < 0)
+                                return k;
+                }
+        return 0;
+}
+
+/* Replicas: distributed or packed over their units. */
+static int pick_replicas(Pick *p, const Cand *cand, size_t n_cand, const NvidiaDevice * const *avail,
+                         size_t n_avail, char * const *held, size_t need) {
+        _cleanup_free_ uint32_t *in_use = NULL, *next = NULL, *end = NULL;
+        const NvidiaState *s = p->s;
+        const NvidiaResource *res = p->res;
+        size_t n_ulist = 0;
+        int k;
+
+        in_use = calloc(s->table.n_units + 1, sizeof(uint32_t));
+        next = calloc(n_cand + 1, sizeof(uint32_t));
+        end = calloc(n_cand + 1, sizeof(uint32_t));
+        if (!in_use || !next || !end)
+                return pick_oom(p);
+        /* In use: every device of the resource, minus the available ones (not
+         * must_include: those count, as upstream), plus the held ones still
+         * listed as available. */
+        for (size_t i = 0; i < res->n; i++)
+                in_use[s->table.devices[res->start + i].unit]++;
+        for (size_t i = 0; i < n_cand; i++)
+                in_use[cand[i].d->unit]--;
+        for (size_t i = 0; i < n_avail; i++) {
+                const NvidiaDevice *d = avail[i];
+
+                /* Unhealthy available ids are not in use either. */
+                if (!d || d->healthy || (p->mark[pick_pos(p, d)] & (MARK_RESULT | MARK_COUNTED)))
+                        continue;
+                p->mark[pick_pos(p, d)] |= MARK_COUNTED;
+                in_use[d->unit]--;
+        }
+        for (char * const *i = held; i && *i; i++) {
+                const NvidiaDevice *d = nvidia_find_device(s, res, *i);
+
+                if (!d || (p->mark[pick_pos(p, d)] & MARK_HELD) ||
+                    !(p->mark[pick_pos(p, d)] & (MARK_CAND | MARK_COUNTED)))
+                        continue;
+                p->mark[pick_pos(p, d)] |= MARK_HELD;
+                in_use[d->unit]++;
+        }
+        /* The units in candidate order, each with its next unpicked candidate. */
+        for (size_t i = 0; i < n_cand; i++) {
+                if (i == 0 || cand[i - 1].d->unit != cand[i].d->unit)
+                        next[n_ulist++] = (uint32_t) i;
+                end[n_ulist - 1] = (uint32_t) i + 1;
+        }
+        for (size_t n = 0; n < need; n++) {
+                size_t best = SIZE_MAX, c;
+
+                for (size_t j = 0; j < n_ulist; j++) {
+                        size_t u;
+
+                        if (next[j] >= end[j])
+                                continue;
+                        u = cand[next[j]].d->unit;
+                        if (best == SIZE_MAX) {
+                                best = j;
+                                continue;
+                        }
+                        c = cand[next[best]].d->unit;
+                        if (s->replica_policy == REPLICA_POLICY_PACKED ? in_use[u] > in_use[c] : in_use[u] < in_use[c])
+                                best = j;
+                }
+                if (best == SIZE_MAX)
+                        break;
+                c = next[best]++;
+                k = pick_take(p, cand[c].d);
+                if (k < 0)
+                        return k;
+                in_use[cand[c].d->unit]++;
+        }
+        return 0;
+}
+
 int resources_nvidia_preferred_allocation(const Resources *r, const char *resource,
                                           char * const *available, char * const *must_include,
                                           char * const *held, int32_t size, char ***ret,
@@ -215,11 +357,11 @@ int resources_nvidia_preferred_allocation(const Resources *r, const char *resour
         const NvidiaResource *res;
         _cleanup_strv_free_ char **result = NULL;
         _cleanup_free_ Cand *cand = NULL;
-        _cleanup_free_ uint32_t *in_use = NULL, *next = NULL, *end = NULL;
         _cleanup_free_ uint8_t *mark = NULL;
         _cleanup_free_ const NvidiaDevice **avail = NULL;
-        size_t n_result = 0, n_cand = 0, n_ulist = 0, n_avail, need;
+        size_t n_cand = 0, n_avail, need;
         bool replicas = false, mig = false;
+        Pick p;
         int k;
 
         k = resources_check_preferred(r, resource, (char * const *[]) { must_include, available, held }, 3,
@@ -235,138 +377,48 @@ int resources_nvidia_preferred_allocation(const Resources *r, const char *resour
         mark = calloc(res ? res->n + 1 : 1, sizeof(uint8_t));
         if (!result || !cand || !avail || !mark)
                 return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
-#define POS(d) ((size_t) ((d) - &s->table.devices[res->start]))
-#define TAKE(d) do {                                                                                            if (!(result[n_result] = strdup((d)->id)))                                                              return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");                 n_result++;                                                                                     mark[POS(d)] |= MARK_RESULT;                                                            } while (0)
+        p = (Pick) { .r = r, .s = s, .res = res, .result = result, .size = (size_t) size, .mark = mark, .e = e };
 
         /* must_include first: the kubelet's decision, even for an unhealthy device. */
-        for (char * const *i = must_include; i && *i && n_result < (size_t) size; i++) {
+        for (char * const *i = must_include; i && *i && p.n_result < p.size; i++) {
                 const NvidiaDevice *d = nvidia_find_device(s, res, *i);
 
-                if (d && !(mark[POS(d)] & MARK_RESULT))
-                        TAKE(d);
+                if (d && !(mark[pick_pos(&p, d)] & MARK_RESULT) && (k = pick_take(&p, d)) < 0)
+                        return k;
         }
         for (size_t i = 0; i < n_avail; i++) {
                 const NvidiaDevice *d = avail[i] = nvidia_find_device(s, res, available[i]);
 
-                if (!d || !d->healthy || (mark[POS(d)] & (MARK_RESULT | MARK_CAND)))
+                if (!d || !d->healthy || (mark[pick_pos(&p, d)] & (MARK_RESULT | MARK_CAND)))
                         continue;
-                mark[POS(d)] |= MARK_CAND;
+                mark[pick_pos(&p, d)] |= MARK_CAND;
                 cand[n_cand++] = (Cand) { .d = d, .u = &s->table.units[d->unit] };
                 replicas = replicas || d->sharing != SHARING_NONE;
                 mig = mig || s->table.units[d->unit].mig >= 0;
         }
         if (n_cand > 0)
                 qsort(cand, n_cand, sizeof(Cand), cand_cmp);
-        need = MIN((size_t) size - n_result, n_cand);
+        need = MIN(p.size - p.n_result, n_cand);
 
         if (!replicas && mig) {
                 /* MIG devices: the available order (upstream has no preference either). */
-                for (size_t i = 0; i < n_avail && n_result < (size_t) size; i++) {
+                for (size_t i = 0; i < n_avail && p.n_result < p.size; i++) {
                         const NvidiaDevice *d = avail[i];
 
-                        if (d && d->healthy && !(mark[POS(d)] & MARK_RESULT))
-                                TAKE(d);
+                        if (d && d->healthy && !(mark[pick_pos(&p, d)] & MARK_RESULT) &&
+                            (k = pick_take(&p, d)) < 0)
+                                return k;
                 }
         } else if (need == 0 || need == n_cand) {
                 for (size_t i = 0; i < need; i++)
-                        TAKE(cand[i].d);
-        } else if (!replicas) {
-                /* Whole GPUs: topology over the candidates (<= NVIDIA_GPUS_MAX) and the
-                 * GPUs already taken. */
-                _cleanup_free_ const GpuInfo **nodes = NULL;
-                _cleanup_free_ Score *full = NULL, *w = NULL;
-                Score wm[64] = {};
-                size_t m = MIN(n_cand, (size_t) 64), t = m;
-                uint64_t mask;
-
-                nodes = calloc(m + n_result + 1, sizeof(GpuInfo *));
-                if (!nodes)
-                        return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
-                for (size_t i = 0; i < m; i++)
-                        nodes[i] = &nvidia_unit_gpu(r, cand[i].u)->info;
-                for (size_t j = 0; j < n_result; j++) {
-                        const NvidiaDevice *d = nvidia_find_device(s, res, result[j]);
-
-                        if (d)
-                                nodes[t++] = &nvidia_unit_gpu(r, &s->table.units[d->unit])->info;
-                }
-                full = calloc(t * t + 1, sizeof(Score));
-                w = calloc(m * m + 1, sizeof(Score));
-                if (!full || !w || pair_matrix(nodes, t, full) < 0)
-                        return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
-                for (size_t i = 0; i < m; i++) {
-                        for (size_t j = 0; j < m; j++)
-                                w[i * m + j] = full[i * t + j];
-                        for (size_t j = m; j < t; j++)
-                                score_add(&wm[i], &full[i * t + j]);
-                }
-                mask = topo_choose(w, wm, m, MIN(need, m));
-                for (size_t i = 0; i < m; i++)
-                        if (mask & (UINT64_C(1) << i))
-                                TAKE(cand[i].d);
-        } else {
-                /* Replicas: distributed or packed over their units. */
-                in_use = calloc(s->table.n_units + 1, sizeof(uint32_t));
-                next = calloc(n_cand + 1, sizeof(uint32_t));
-                end = calloc(n_cand + 1, sizeof(uint32_t));
-                if (!in_use || !next || !end)
-                        return resource_error_set(e, KGPU_ERROR_INVALID_ARGS, -ENOMEM, "Out of memory");
-                /* In use: every device of the resource, minus the available ones (not
-                 * must_include: those count, as upstream), plus the held ones still
-                 * listed as available. */
-                for (size_t i = 0; i < res->n; i++)
-                        in_use[s->table.devices[res->start + i].unit]++;
-                for (size_t i = 0; i < n_cand; i++)
-                        in_use[cand[i].d->unit]--;
-                for (size_t i = 0; i < n_avail; i++) {
-                        const NvidiaDevice *d = avail[i];
-
-                        /* Unhealthy available ids are not in use either. */
-                        if (!d || d->healthy || (mark[POS(d)] & (MARK_RESULT | MARK_COUNTED)))
-                                continue;
-                        mark[POS(d)] |= MARK_COUNTED;
-                        in_use[d->unit]--;
-                }
-                for (char * const *i = held; i && *i; i++) {
-                        const NvidiaDevice *d = nvidia_find_device(s, res, *i);
-
-                        if (!d || (mark[POS(d)] & MARK_HELD) || !(mark[POS(d)] & (MARK_CAND | MARK_COUNTED)))
-                                continue;
-                        mark[POS(d)] |= MARK_HELD;
-                        in_use[d->unit]++;
-                }
-                /* The units in candidate order, each with its next unpicked candidate. */
-                for (size_t i = 0; i < n_cand; i++) {
-                        if (i == 0 || cand[i - 1].d->unit != cand[i].d->unit)
-                                next[n_ulist++] = (uint32_t) i;
-                        end[n_ulist - 1] = (uint32_t) i + 1;
-                }
-                for (size_t n = 0; n < need; n++) {
-                        size_t best = SIZE_MAX, c;
-
-                        for (size_t j = 0; j < n_ulist; j++) {
-                                size_t u;
-
-                                if (next[j] >= end[j])
-                                        continue;
-                                u = cand[next[j]].d->unit;
-                                if (best == SIZE_MAX) {
-                                        best = j;
-                                        continue;
-                                }
-                                c = cand[next[best]].d->unit;
-                                if (s->replica_policy == REPLICA_POLICY_PACKED ? in_use[u] > in_use[c] : in_use[u] < in_use[c])
-                                        best = j;
-                        }
-                        if (best == SIZE_MAX)
-                                break;
-                        c = next[best]++;
-                        TAKE(cand[c].d);
-                        in_use[cand[c].d->unit]++;
-                }
-        }
-#undef TAKE
-#undef POS
+                        if ((k = pick_take(&p, cand[i].d)) < 0)
+                                return k;
+        } else if (!replicas)
+                k = pick_topology(&p, cand, n_cand, need);
+        else
+                k = pick_replicas(&p, cand, n_cand, avail, n_avail, held, need);
+        if (k < 0)
+                return k;
 
         *ret = TAKE_PTR(result);
         return 0;
