@@ -75,7 +75,7 @@ struct Store {
 
 
 int store_sqlite_to_errno(int rc);
-bool store_utf8_valid(const unsigned char *s, size_t n);
+const char *store_column_text_max(sqlite3_stmt *st, int col, int max);
 const char *store_column_text(sqlite3_stmt *st, int col);
 int store_exec(sqlite3 *db, const char *sql);
 int store_step_done(Store *s, StoreStatement which);

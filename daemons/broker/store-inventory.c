@@ -23,19 +23,6 @@
 
 #define STORE_NODES_MAX 4096    /* joined device node lists read back */
 
-static const char *column_text_max(sqlite3_stmt *st, int col, int max) {
-        const unsigned char *t;
-        int n;
-
-        if (sqlite3_column_type(st, col) != SQLITE_TEXT)
-                return NULL;
-        t = sqlite3_column_text(st, col);
-        n = sqlite3_column_bytes(st, col);
-        if (!t || n < 0 || n > max || !store_utf8_valid(t, (size_t) n))
-                return NULL;
-        return (const char *) t;
-}
-
 int store_save_inventory(Store *s, const StoreInventoryGpu *gpus, size_t n) {
         sqlite3_stmt *st = NULL;
         int rc, r;
@@ -117,8 +104,8 @@ int store_foreach_inventory(Store *s, StoreInventoryFunc cb, void *userdata) {
                         .card_node = store_column_text(st, 4),
                         .render_node = store_column_text(st, 5),
                         .health_reason = store_column_text(st, 6),
-                        .device_nodes = column_text_max(st, 7, STORE_NODES_MAX),
-                        .by_path_nodes = column_text_max(st, 8, STORE_NODES_MAX),
+                        .device_nodes = store_column_text_max(st, 7, STORE_NODES_MAX),
+                        .by_path_nodes = store_column_text_max(st, 8, STORE_NODES_MAX),
                 };
                 int64_t numa = sqlite3_column_int64(st, 9), dev = sqlite3_column_int64(st, 10),
                         healthy = sqlite3_column_int64(st, 11);

@@ -148,7 +148,7 @@ int store_sqlite_to_errno(int rc) {
         }
 }
 
-bool store_utf8_valid(const unsigned char *s, size_t n) {
+static bool store_utf8_valid(const unsigned char *s, size_t n) {
         size_t i = 0;
 
         while (i < n) {
@@ -188,8 +188,8 @@ bool store_utf8_valid(const unsigned char *s, size_t n) {
         return true;
 }
 
-/* A TEXT column of at most STORE_STRING_MAX bytes of valid UTF-8 without NUL, or NULL. */
-const char *store_column_text(sqlite3_stmt *st, int col) {
+/* A TEXT column of at most max bytes of valid UTF-8 without NUL, or NULL. */
+const char *store_column_text_max(sqlite3_stmt *st, int col, int max) {
         const unsigned char *t;
         int n;
 
@@ -197,9 +197,14 @@ const char *store_column_text(sqlite3_stmt *st, int col) {
                 return NULL;
         t = sqlite3_column_text(st, col);
         n = sqlite3_column_bytes(st, col);
-        if (!t || n < 0 || n > STORE_STRING_MAX || !store_utf8_valid(t, (size_t) n))
+        if (!t || n < 0 || n > max || !store_utf8_valid(t, (size_t) n))
                 return NULL;
         return (const char *) t;
+}
+
+/* The same, of at most STORE_STRING_MAX bytes. */
+const char *store_column_text(sqlite3_stmt *st, int col) {
+        return store_column_text_max(st, col, STORE_STRING_MAX);
 }
 
 static int store_error(char **ret_error, int error, const char *path, const char *format, ...)
