@@ -33,6 +33,12 @@
 
 typedef struct Resources Resources;
 
+/* A line for the start-up log about a backend's options. */
+typedef struct BackendNote {
+        int level;              /* LOG_INFO, LOG_NOTICE, LOG_WARNING (syslog.h) */
+        char *text;
+} BackendNote;
+
 typedef struct Backend {
         const char *name;       /* "intel", "nvidia": for debugging only */
 
@@ -41,8 +47,9 @@ typedef struct Backend {
          * On an error other than -ENOMEM, *ret_what names what is invalid as the operator
          * writes it ("intel.allowIDs or intel.denyIDs (...)"), a static string. */
         int (*configure)(Resources *r, const Config *c, const char **ret_what);
-        /* One line for the start-up log about the options in force, or NULL (optional). */
-        int (*describe)(const Resources *r, const Config *c, char **ret);
+        /* Appends what the operator should know about the options in force (those
+         * ignored, the values used) to *notes with backend_note_add() (optional). */
+        int (*describe)(const Resources *r, const Config *c, BackendNote **notes, size_t *n_notes);
 
         /* GPU records (optional, see the contract). */
         int (*gpu_update)(Resources *r, const Gpu *old, const GpuInfo *info, char ***changed);
@@ -79,6 +86,11 @@ typedef struct Backend {
         const char *(*problem)(const Resources *r);
         const char *label;
 } Backend;
+
+/* Appends a note (backends' describe); frees a list of them. */
+int backend_note_add(BackendNote **notes, size_t *n_notes, int level, const char *format, ...)
+        __attribute__((format(printf, 4, 5)));
+BackendNote *backend_notes_free(BackendNote *notes, size_t n_notes);
 
 extern const Backend intel_backend;
 extern const Backend nvidia_backend;

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <syslog.h>
 
 #include "common/bus-names.h"
 #include "common/util.h"
@@ -687,16 +688,31 @@ static int intel_configure(Resources *r, const Config *c, const char **ret_what)
         return k;
 }
 
-static int intel_describe(const Resources *r, const Config *c, char **ret) {
+static int intel_describe(const Resources *r, const Config *c, BackendNote **notes, size_t *n_notes) {
         const IntelState *s = state(r);
+        int k;
 
+        if (c->intel_resource_manager) {
+                k = backend_note_add(notes, n_notes, LOG_WARNING,
+                                     "intel.resourceManager (-resource-manager): the Intel fractional resource "
+                                     "manager is not supported, ignoring; sharing is intel.sharedDevNum.");
+                if (k < 0)
+                        return k;
+        }
+        if (c->intel_health_management) {
+                k = backend_note_add(notes, n_notes, LOG_NOTICE,
+                                     "intel.healthManagement (-health-management): GPU health comes from udev "
+                                     "(kgpu-probed), ignoring.");
+                if (k < 0)
+                        return k;
+        }
         if (!s)
                 return 0;
-        if (asprintf(ret, "Intel: sharedDevNum %" PRIu32 ", allocationPolicy %s, enableMonitoring %s, byPath %s.",
-                     s->shared_dev_num, config_allocation_policy_to_string(c->intel_allocation_policy),
-                     c->intel_enable_monitoring ? "true" : "false", config_by_path_to_string(c->intel_by_path)) < 0)
-                return -ENOMEM;
-        return 0;
+        return backend_note_add(notes, n_notes, LOG_INFO,
+                                "Intel: sharedDevNum %" PRIu32 ", allocationPolicy %s, enableMonitoring %s, byPath %s.",
+                                s->shared_dev_num, config_allocation_policy_to_string(c->intel_allocation_policy),
+                                c->intel_enable_monitoring ? "true" : "false",
+                                config_by_path_to_string(c->intel_by_path));
 }
 
 const Backend intel_backend = {

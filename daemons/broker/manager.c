@@ -52,8 +52,9 @@ int manager_new(Config *config, Manager **ret) {
         /* Logs its own errors. */
         _cleanup_(config_freep) Config *c = config;
         _cleanup_(manager_freep) Manager *m = NULL;
-        _cleanup_strv_free_ char **lines = NULL;
+        BackendNote *notes = NULL;
         const char *what = NULL;
+        size_t n_notes = 0;
         struct passwd *pw;
         int r;
 
@@ -72,17 +73,12 @@ int manager_new(Config *config, Manager **ret) {
                 return log_oom();
         if (r < 0)
                 return log_error_errno(r, "Invalid %s: %m", what ?: "configuration");
-        if (m->config->intel_resource_manager)
-                log_warning("intel.resourceManager (-resource-manager): the Intel fractional resource manager "
-                            "is not supported, ignoring; sharing is intel.sharedDevNum.");
-        if (m->config->intel_health_management)
-                log_notice("intel.healthManagement (-health-management): GPU health comes from udev "
-                           "(kgpu-probed), ignoring.");
-        r = resources_describe(m->resources, m->config, &lines);
+        r = resources_describe(m->resources, m->config, &notes, &n_notes);
         if (r < 0)
                 return log_oom();
-        for (char **l = lines; l && *l; l++)
-                log_info("%s", *l);
+        for (size_t i = 0; i < n_notes; i++)
+                log_full_errno(notes[i].level, 0, "%s", notes[i].text);
+        notes = backend_notes_free(notes, n_notes);
         r = manager_read_boot_id(&m->boot_id);
         if (r < 0)
                 return log_oom();

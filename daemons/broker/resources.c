@@ -9,6 +9,7 @@
  */
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,28 +151,48 @@ int resources_refresh(Resources *r, char ***changed) {
         return 0;
 }
 
-int resources_describe(const Resources *r, const Config *c, char ***ret) {
-        _cleanup_strv_free_ char **l = NULL;
+int backend_note_add(BackendNote **notes, size_t *n_notes, int level, const char *format, ...) {
+        BackendNote *l;
+        va_list ap;
+        char *text;
         int k;
 
-        l = calloc(1, sizeof(char *));
-        if (!l)
+        va_start(ap, format);
+        k = vasprintf(&text, format, ap);
+        va_end(ap);
+        if (k < 0)
                 return -ENOMEM;
-        FOREACH_BACKEND(i, b) {
-                char *line = NULL;
-
-                if (!b->describe)
-                        continue;
-                k = b->describe(r, c, &line);
-                if (k < 0)
-                        return k;
-                if (line) {
-                        k = strv_consume(&l, line);
-                        if (k < 0)
-                                return k;
-                }
+        l = reallocarray(*notes, *n_notes + 1, sizeof(BackendNote));
+        if (!l) {
+                free(text);
+                return -ENOMEM;
         }
-        *ret = TAKE_PTR(l);
+        *notes = l;
+        l[(*n_notes)++] = (BackendNote) { .level = level, .text = text };
+        return 0;
+}
+
+BackendNote *backend_notes_free(BackendNote *notes, size_t n_notes) {
+        for (size_t i = 0; notes && i < n_notes; i++)
+                free(notes[i].text);
+        return mfree(notes);
+}
+
+int resources_describe(const Resources *r, const Config *c, BackendNote **ret, size_t *ret_n) {
+        BackendNote *notes = NULL;
+        size_t n = 0;
+        int k;
+
+        FOREACH_BACKEND(i, b)
+                if (b->describe) {
+                        k = b->describe(r, c, &notes, &n);
+                        if (k < 0) {
+                                backend_notes_free(notes, n);
+                                return k;
+                        }
+                }
+        *ret = notes;
+        *ret_n = n;
         return 0;
 }
 

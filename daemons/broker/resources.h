@@ -70,8 +70,9 @@ int resources_refresh(Resources *r, char ***changed);
 
 /* The backend serving resource, NULL if it is not advertised. */
 const Backend *resources_backend_of(const Resources *r, const char *resource);
-/* One line per backend about its options, for the start-up log (a new strv). */
-int resources_describe(const Resources *r, const Config *c, char ***ret);
+/* What the backends say about their options, for the start-up log, in table order (free
+ * with backend_notes_free()). */
+int resources_describe(const Resources *r, const Config *c, BackendNote **ret, size_t *ret_n);
 /* The first backend's problem (backend.h), NULL when all is well; *ret_label names its GPUs. */
 const char *resources_problem(const Resources *r, const char **ret_label);
 
