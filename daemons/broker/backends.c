@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 
+#include "common/util.h"
 #include "daemons/broker/backend.h"
 
 const Backend *const resource_backends[] = {
@@ -15,3 +16,6 @@ const Backend *const resource_backends[] = {
         &nvidia_backend,
         NULL,
 };
+
+/* The registry keeps one state slot per entry. */
+_Static_assert(ELEMENTSOF(resource_backends) <= RESOURCE_BACKENDS_MAX + 1, "raise RESOURCE_BACKENDS_MAX");

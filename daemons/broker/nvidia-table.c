@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/bus-names.h"
 #include "common/nvidia-sharing.h"
 #include "common/util.h"
 #include "daemons/broker/nvidia-internal.h"

@@ -12,16 +12,12 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/bus-names.h"
-#include "common/nvidia-sharing.h"
 #include "common/util.h"
 #include "daemons/broker/nvidia-internal.h"
-#include "daemons/broker/policy.h"
 
 /* ---- state ---- */
 
