@@ -374,10 +374,102 @@ static int store_wal_hook(void *userdata, sqlite3 *db, const char *name, int fra
         return SQLITE_OK;
 }
 
+/* The read-only checks of a file not trusted yet: a SQLite database, of a schema
+ * version this broker knows, intact, and no foreign tables. */
+static int store_check(Store *s, int64_t *ret_version, char **ret_error) {
+        int64_t version = 0, n_objects = 0;
+        int r;
+
+        r = store_pragma_int(s->db, "PRAGMA user_version", &version);
+        if (r == -EBADMSG)
+                return store_error(ret_error, r, s->path, "not a SQLite database or corrupt: %s",
+                                   sqlite3_errmsg(s->db));
+        if (r < 0)
+                return store_error(ret_error, r, s->path, "cannot read schema version: %s",
+                                   sqlite3_errmsg(s->db));
+        if (version > STORE_SCHEMA_VERSION)
+                return store_error(ret_error, -EPROTONOSUPPORT, s->path,
+                                   "schema version %" PRIi64 " is newer than the supported version %d "
+                                   "(written by a newer kgpu?); refusing to use it",
+                                   version, STORE_SCHEMA_VERSION);
+        if (version < 0)
+                return store_error(ret_error, -EBADMSG, s->path,
+                                   "invalid schema version %" PRIi64 ", not a kgpu database", version);
+
+        r = store_pragma_expect(s->db, "PRAGMA quick_check(1)", "ok");
+        if (r < 0)
+                return store_error(ret_error, r == -EBADMSG || r == -EIO ? -EBADMSG : r, s->path,
+                                   "integrity check failed, database corrupt: %s",
+                                   sqlite3_errmsg(s->db));
+
+        r = store_pragma_int(s->db, "SELECT count(*) FROM sqlite_master", &n_objects);
+        if (r < 0)
+                return store_error(ret_error, r, s->path, "cannot read schema: %s", sqlite3_errmsg(s->db));
+        if (version == 0 && n_objects > 0)
+                return store_error(ret_error, -EBADMSG, s->path,
+                                   "has tables but no schema version, not a kgpu database; refusing to use it");
+
+        *ret_version = version;
+        return 0;
+}
+
+/* WAL mode, pragmas, the WAL hook, then each schema step from version up. */
+static int store_migrate(Store *s, int64_t version, char **ret_error) {
+        char pragmas[128];
+        int r;
+
+        r = store_pragma_expect(s->db, "PRAGMA journal_mode = WAL", "wal");
+        if (r < 0)
+                return store_error(ret_error, r, s->path, "cannot switch to WAL mode: %s",
+                                   sqlite3_errmsg(s->db));
+        snprintf(pragmas, sizeof(pragmas), "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; "
+                 "PRAGMA journal_size_limit = %d;", STORE_WAL_SIZE_MAX);
+        r = store_exec(s->db, pragmas);
+        if (r < 0)
+                return store_error(ret_error, r, s->path, "cannot set pragmas: %s", sqlite3_errmsg(s->db));
+        /* Replaces SQLite's autocheckpoint (every 1000 frames, in the committing call, never
+         * cutting the file back): see the WAL bound in store.h. */
+        (void) sqlite3_wal_hook(s->db, store_wal_hook, s);
+
+        /* Each step is its own transaction that also sets user_version, so a crash in
+         * between leaves a database of a complete older version. */
+        for (int64_t v = version; v < STORE_SCHEMA_VERSION; v++) {
+                r = store_exec(s->db, "BEGIN IMMEDIATE");
+                if (r >= 0) {
+                        r = store_exec(s->db, schema_steps[v]);
+                        if (r >= 0)
+                                r = store_exec(s->db, "COMMIT");
+                        if (r < 0 && !sqlite3_get_autocommit(s->db))
+                                (void) store_exec(s->db, "ROLLBACK");
+                }
+                if (r < 0)
+                        return store_error(ret_error, r, s->path, "cannot %s schema version %" PRIi64 ": %s",
+                                           v == 0 ? "create" : "migrate to", v + 1, sqlite3_errmsg(s->db));
+                if (v > 0)
+                        log_debug("Migrated %s from schema version %" PRIi64 " to %" PRIi64 ".", s->path, v, v + 1);
+        }
+
+        return 0;
+}
+
+static int store_prepare(Store *s, char **ret_error) {
+        int rc;
+
+        for (size_t i = 0; i < _STMT_MAX; i++) {
+                rc = sqlite3_prepare_v3(s->db, statement_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
+                                        &s->stmt[i], NULL);
+                if (rc != SQLITE_OK)
+                        return store_error(ret_error, -EBADMSG, s->path,
+                                           "schema does not match version %d: %s",
+                                           STORE_SCHEMA_VERSION, sqlite3_errmsg(s->db));
+        }
+
+        return 0;
+}
+
 int store_open(const char *directory, const char *boot_id, Store **ret, char **ret_error) {
         _cleanup_(store_freep) Store *s = NULL;
-        int64_t version = 0, n_objects = 0;
-        char pragmas[128];
+        int64_t version = 0;
         int rc, r;
 
         if (isempty(directory) || directory[0] != '/')
@@ -416,75 +508,16 @@ int store_open(const char *directory, const char *boot_id, Store **ret, char **r
         sqlite3_busy_timeout(s->db, STORE_BUSY_TIMEOUT_MS);
 
         /* Read-only checks first. */
-        r = store_pragma_int(s->db, "PRAGMA user_version", &version);
-        if (r == -EBADMSG)
-                return store_error(ret_error, r, s->path, "not a SQLite database or corrupt: %s",
-                                   sqlite3_errmsg(s->db));
+        r = store_check(s, &version, ret_error);
         if (r < 0)
-                return store_error(ret_error, r, s->path, "cannot read schema version: %s",
-                                   sqlite3_errmsg(s->db));
-        if (version > STORE_SCHEMA_VERSION)
-                return store_error(ret_error, -EPROTONOSUPPORT, s->path,
-                                   "schema version %" PRIi64 " is newer than the supported version %d "
-                                   "(written by a newer kgpu?); refusing to use it",
-                                   version, STORE_SCHEMA_VERSION);
-        if (version < 0)
-                return store_error(ret_error, -EBADMSG, s->path,
-                                   "invalid schema version %" PRIi64 ", not a kgpu database", version);
-
-        r = store_pragma_expect(s->db, "PRAGMA quick_check(1)", "ok");
-        if (r < 0)
-                return store_error(ret_error, r == -EBADMSG || r == -EIO ? -EBADMSG : r, s->path,
-                                   "integrity check failed, database corrupt: %s",
-                                   sqlite3_errmsg(s->db));
-
-        r = store_pragma_int(s->db, "SELECT count(*) FROM sqlite_master", &n_objects);
-        if (r < 0)
-                return store_error(ret_error, r, s->path, "cannot read schema: %s", sqlite3_errmsg(s->db));
-        if (version == 0 && n_objects > 0)
-                return store_error(ret_error, -EBADMSG, s->path,
-                                   "has tables but no schema version, not a kgpu database; refusing to use it");
-
+                return r;
         /* Checked: from here on we write. */
-        r = store_pragma_expect(s->db, "PRAGMA journal_mode = WAL", "wal");
+        r = store_migrate(s, version, ret_error);
         if (r < 0)
-                return store_error(ret_error, r, s->path, "cannot switch to WAL mode: %s",
-                                   sqlite3_errmsg(s->db));
-        snprintf(pragmas, sizeof(pragmas), "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; "
-                 "PRAGMA journal_size_limit = %d;", STORE_WAL_SIZE_MAX);
-        r = store_exec(s->db, pragmas);
+                return r;
+        r = store_prepare(s, ret_error);
         if (r < 0)
-                return store_error(ret_error, r, s->path, "cannot set pragmas: %s", sqlite3_errmsg(s->db));
-        /* Replaces SQLite's autocheckpoint (every 1000 frames, in the committing call, never
-         * cutting the file back): see the WAL bound in store.h. */
-        (void) sqlite3_wal_hook(s->db, store_wal_hook, s);
-
-        /* Each step is its own transaction that also sets user_version, so a crash in
-         * between leaves a database of a complete older version. */
-        for (int64_t v = version; v < STORE_SCHEMA_VERSION; v++) {
-                r = store_exec(s->db, "BEGIN IMMEDIATE");
-                if (r >= 0) {
-                        r = store_exec(s->db, schema_steps[v]);
-                        if (r >= 0)
-                                r = store_exec(s->db, "COMMIT");
-                        if (r < 0 && !sqlite3_get_autocommit(s->db))
-                                (void) store_exec(s->db, "ROLLBACK");
-                }
-                if (r < 0)
-                        return store_error(ret_error, r, s->path, "cannot %s schema version %" PRIi64 ": %s",
-                                           v == 0 ? "create" : "migrate to", v + 1, sqlite3_errmsg(s->db));
-                if (v > 0)
-                        log_debug("Migrated %s from schema version %" PRIi64 " to %" PRIi64 ".", s->path, v, v + 1);
-        }
-
-        for (size_t i = 0; i < _STMT_MAX; i++) {
-                rc = sqlite3_prepare_v3(s->db, statement_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
-                                        &s->stmt[i], NULL);
-                if (rc != SQLITE_OK)
-                        return store_error(ret_error, -EBADMSG, s->path,
-                                           "schema does not match version %d: %s",
-                                           STORE_SCHEMA_VERSION, sqlite3_errmsg(s->db));
-        }
+                return r;
 
         r = store_read_meta(s, "boot_id", &s->previous_boot_id);
         if (r >= 0)
