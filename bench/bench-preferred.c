@@ -21,6 +21,7 @@
 
 #include "common/config.h"
 #include "common/util.h"
+#include "daemons/broker/intel.h"
 #include "daemons/broker/nvidia.h"
 #include "daemons/broker/resources.h"
 

@@ -23,7 +23,6 @@
 #include "common/util.h"
 #include "daemons/broker/broker-dbus.h"
 #include "daemons/broker/manager.h"
-#include "daemons/broker/nvidia.h"
 #include "daemons/broker/reconcile.h"
 #include "daemons/broker/reload.h"
 #include "daemons/broker/policy.h"
@@ -392,7 +391,7 @@ static int append_allocate_response(Manager *m, sd_bus_message *reply, const cha
         r = resources_allocate_extras(m->resources, resource, ids, &mounts, &n_mounts, &cdi);
         if (r < 0)
                 return r;
-        r = resources_allocate_envs(m->resources, resource, ids, &envs, &annotations);     /* NVIDIA */
+        r = resources_allocate_envs(m->resources, resource, ids, &envs, &annotations);
         if (r < 0)
                 return r;
 

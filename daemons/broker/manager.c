@@ -31,7 +31,6 @@
 #include "daemons/broker/manager.h"
 #include "daemons/broker/inventory.h"
 #include "daemons/broker/mps-client.h"
-#include "daemons/broker/nvidia.h"
 #include "daemons/broker/probe-client.h"
 #include "daemons/broker/reload.h"
 
@@ -54,6 +53,9 @@ int manager_new(Config *config, Manager **ret) {
         /* Logs its own errors. */
         _cleanup_(config_freep) Config *c = config;
         _cleanup_(manager_freep) Manager *m = NULL;
+        BackendNote *notes = NULL;
+        const char *what = NULL;
+        size_t n_notes = 0;
         struct passwd *pw;
         int r;
 
@@ -67,35 +69,17 @@ int manager_new(Config *config, Manager **ret) {
         r = sd_event_default(&m->event);
         if (r < 0)
                 return log_error_errno(r, "Failed to allocate the event loop: %m");
-        r = resources_new(m->config->intel_enabled, &m->resources);
-        if (r < 0)
-                return log_oom();
-        r = resources_set_intel_options(m->resources, m->config->intel_shared_dev_num,
-                                        m->config->intel_allocation_policy, m->config->intel_enable_monitoring,
-                                        m->config->intel_by_path, m->config->intel_cdi_devices);
-        if (r < 0)
-                return log_oom();
-        if (m->config->intel_resource_manager)
-                log_warning("intel.resourceManager (-resource-manager): the Intel fractional resource manager "
-                            "is not supported, ignoring; sharing is intel.sharedDevNum.");
-        if (m->config->intel_health_management)
-                log_notice("intel.healthManagement (-health-management): GPU health comes from udev "
-                           "(kgpu-probed), ignoring.");
-        log_info("Intel: sharedDevNum %" PRIu32 ", allocationPolicy %s, enableMonitoring %s, byPath %s.",
-                 m->resources->shared_dev_num,
-                 config_allocation_policy_to_string(m->config->intel_allocation_policy),
-                 m->config->intel_enable_monitoring ? "true" : "false",
-                 config_by_path_to_string(m->config->intel_by_path));
-        r = resources_set_nvidia_options(m->resources, m->config);
+        r = resources_new_from_config(m->config, &m->resources, &what);
         if (r == -ENOMEM)
                 return log_oom();
         if (r < 0)
-                return log_error_errno(r, "Invalid NVIDIA sharing configuration (sharing.timeSlicing / sharing.mps "
-                                       "resources): %m");
-        r = resources_set_id_filters(m->resources, m->config->intel_allow_ids, m->config->intel_deny_ids);
+                return log_error_errno(r, "Invalid %s: %m", what ?: "configuration");
+        r = resources_describe(m->resources, m->config, &notes, &n_notes);
         if (r < 0)
-                return log_error_errno(r, "Invalid intel.allowIDs or intel.denyIDs (PCI device ids like 0x56a0 "
-                                       "expected): %m");
+                return log_oom();
+        for (size_t i = 0; i < n_notes; i++)
+                log_full_errno(notes[i].level, 0, "%s", notes[i].text);
+        notes = backend_notes_free(notes, n_notes);
         r = manager_read_boot_id(&m->boot_id);
         if (r < 0)
                 return log_oom();
@@ -121,7 +105,7 @@ Manager *manager_free(Manager *m) {
         sd_event_source_disable_unref(m->checkpoint_source);
         sd_bus_flush_close_unref(m->bus);
         mps_client_free(m->mps);
-        free(m->nvidia_problem);
+        free(m->problem);
         sd_event_unref(m->event);
         store_free(m->store);
         free(m->store_error);
@@ -131,17 +115,18 @@ Manager *manager_free(Manager *m) {
         return mfree(m);
 }
 
-void manager_log_nvidia_problem(Manager *m) {
-        const char *p = resources_nvidia_problem(m->resources);
+void manager_log_problem(Manager *m) {
+        const char *label = NULL, *p = resources_problem(m->resources, &label);
 
-        if (streq_ptr(p, m->nvidia_problem))
+        if (streq_ptr(p, m->problem))
                 return;
         if (p)
-                log_warning("NVIDIA GPUs not advertised as configured: %s", p);
-        else if (m->nvidia_problem)
-                log_info("NVIDIA GPUs are advertised as configured again.");
-        free(m->nvidia_problem);
-        m->nvidia_problem = p ? strdup(p) : NULL;       /* NULL on OOM: logged again next time */
+                log_warning("%s not advertised as configured: %s", label ?: "GPUs", p);
+        else if (m->problem)
+                log_info("%s are advertised as configured again.", m->problem_label ?: "GPUs");
+        m->problem_label = label;
+        free(m->problem);
+        m->problem = p ? strdup(p) : NULL;       /* NULL on OOM: logged again next time */
 }
 
 void manager_update_status(Manager *m) {

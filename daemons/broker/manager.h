@@ -57,7 +57,8 @@ typedef struct Manager {
         bool probe_synced;              /* a GetManagedObjects reply was applied */
 
         struct MpsClient *mps;          /* SetMps calls sent to the probe (mps-client.c) */
-        char *nvidia_problem;           /* last resources_nvidia_problem() logged */
+        char *problem;                  /* last resources_problem() logged */
+        const char *problem_label;      /* whose GPUs it was about (static) */
 } Manager;
 
 int manager_new(Config *config, Manager **ret);        /* takes config (also on failure); logs */
@@ -69,8 +70,8 @@ int manager_run(Manager *m);
 
 /* Sends STATUS= with the current resource count and store state. */
 void manager_update_status(Manager *m);
-/* Logs resources_nvidia_problem() when it differs from the last one logged. */
-void manager_log_nvidia_problem(Manager *m);
+/* Logs resources_problem() when it differs from the last one logged. */
+void manager_log_problem(Manager *m);
 
 /* When running as root, becomes user (all groups dropped, no capabilities, empty bounding
  * set); a no-op otherwise. Returns -ESRCH if the user does not exist, -EPERM if it is

@@ -2,14 +2,17 @@
 /*
  * nvidia.h — NVIDIA GPUs (Vendor "nvidia") as the NVIDIA device plugin's resources:
  * whole GPUs, MIG devices, time-slicing replicas and MPS slices; their Allocate answers,
- * preferred allocations and the MPS limits the probe must set.
+ * preferred allocations and the MPS limits the probe must set. The backend
+ * (nvidia_backend, backend.h) behind the registry (resources.h).
  *
  * Contract:
- *  - Pure: no D-Bus, no I/O, no logging. The state lives in Resources (r->nvidia) and
- *    is rebuilt from the GPU records by resources_update_gpu()/resources_remove_gpu()
- *    and resources_set_nvidia_options(); resources.c calls in here for every NVIDIA
- *    resource, so callers keep using the resources_* entry points. Until
- *    resources_set_nvidia_options() has been called, NVIDIA GPUs are not advertised.
+ *  - Pure: no D-Bus, no I/O, no logging. The state lives in the registry and is rebuilt
+ *    from the GPU records by its refresh operation (every resources_update_gpu() and
+ *    resources_remove_gpu()) and by resources_set_nvidia_options(); callers use the
+ *    registry's resources_* entry points, which reach this backend for every NVIDIA
+ *    resource. Until resources_set_nvidia_options() (or the backend's configure) has
+ *    been called, NVIDIA GPUs are not advertised. The share limit is 0: replicas are
+ *    ids of their own.
  *  - Resources (NVIDIA device plugin semantics, issue 4 contract "Broker"):
  *      migStrategy none:   every GPU is one "nvidia.com/gpu" device;
  *      single:             all GPUs MIG off -> as none; all MIG on with MIG devices of
@@ -93,8 +96,8 @@ const char *resources_nvidia_problem(const Resources *r);
 /* True if resource is (or was) an advertised NVIDIA resource. */
 bool resources_is_nvidia(const Resources *r, const char *resource);
 
-/* The envs and annotations of one container's Allocate answer, as flat strv of key,
- * value pairs (new strvs; empty for Intel resources). NVIDIA, per deviceListStrategy:
+/* The envs and annotations of one container's Allocate answer (resources_allocate_envs()),
+ * per deviceListStrategy:
  *   envvar:          NVIDIA_VISIBLE_DEVICES=<runtime ids, comma-separated, each once>
  *   volume-mounts:   NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices (the
  *                    mounts come from resources_allocate_extras())
@@ -109,9 +112,7 @@ bool resources_is_nvidia(const Resources *r, const char *resource);
  *                    GPU's Gpu1.MpsPipeDirectory exactly as the probe exports it, at
  *                    /mps/<resource>/pipe, read-only, and /dev/shm.
  * As upstream, envvar/volume-mounts/passDeviceSpecs apply only when at least one
- * non-CDI strategy is set. Call after resources_check_allocate(). */
-int resources_allocate_envs(const Resources *r, const char *resource, char * const *ids,
-                            char ***ret_envs, char ***ret_annotations);
+ * non-CDI strategy is set. */
 
 /* What the broker asks of the probe: one entry per NVIDIA GPU that is under MPS
  * (enabled: SetMps(gpu_id, true, pinned_memory_bytes, active_thread_percentage) with the
@@ -151,21 +152,3 @@ int resources_nvidia_preferred_allocation(const Resources *r, const char *resour
                                           char * const *available, char * const *must_include,
                                           char * const *held, int32_t size, char ***ret,
                                           ResourceError *e);
-
-/* Rebuilds the NVIDIA devices (done by every update, removal and options change) and
- * adds the NVIDIA names to the advertised ones; changed as resources_update_gpu(). */
-int resources_refresh_nvidia(Resources *r, char ***changed);
-
-/* ---- Called by resources.c only. ---- */
-typedef struct NvidiaState NvidiaState;
-NvidiaState *nvidia_state_free(NvidiaState *s);
-/* Rebuilds the device table after a GPU change; appends every advertised name to
- * *ret_advertised and those whose device list changed to *ret_changed. */
-int nvidia_refresh(Resources *r, char ***ret_advertised, char ***ret_changed);
-int nvidia_get_devices(const Resources *r, const char *resource, Device **ret, size_t *ret_n);
-int nvidia_check_allocate(const Resources *r, const char *resource,
-                          char ** const *requests, size_t n_requests, ResourceError *e);
-int nvidia_allocate_specs(const Resources *r, const char *resource, char * const *ids,
-                          DeviceSpec **ret, size_t *ret_n);
-int nvidia_allocate_extras(const Resources *r, const char *resource, char * const *ids,
-                           MountSpec **ret_mounts, size_t *ret_n_mounts, char ***ret_cdi);

@@ -15,17 +15,10 @@
 
 #include <systemd/sd-bus.h>
 
+#include "daemons/broker/gpu-properties.h"
 #include "daemons/broker/resources.h"
 
 typedef struct Manager Manager;
 
 int probe_client_start(Manager *m);
 void probe_client_stop(Manager *m);
-
-/*
- * Applies the io.kgpu.Gpu1 properties of an a{sv} (the message positioned at it) to
- * info. Unknown properties are skipped; a known one with a wrong type or an invalid
- * value (too long, control characters, device node outside /dev) fails with -EBADMSG
- * and leaves info untouched.
- */
-int probe_gpu_properties_apply(sd_bus_message *msg, GpuInfo *info);

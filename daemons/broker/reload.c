@@ -20,7 +20,6 @@
 #include "daemons/broker/broker-dbus.h"
 #include "daemons/broker/manager.h"
 #include "daemons/broker/mps-client.h"
-#include "daemons/broker/nvidia.h"
 #include "daemons/broker/reload.h"
 
 #define KGPU_ERROR_INVALID_CONFIG "io.kgpu.Error.InvalidConfig"
@@ -72,28 +71,14 @@ static int resources_diff(const Resources *a, const Resources *b, char ***ret) {
 
 static int build_resources(const Config *c, const Resources *old, Resources **ret, char **ret_error) {
         _cleanup_(resources_freep) Resources *res = NULL;
+        const char *what = NULL;
         int r;
 
-        r = resources_new(c->intel_enabled, &res);
-        if (r < 0)
-                return r;
-        r = resources_set_intel_options(res, c->intel_shared_dev_num, c->intel_allocation_policy,
-                                        c->intel_enable_monitoring, c->intel_by_path, c->intel_cdi_devices);
-        if (r < 0)
-                return r;
-        r = resources_set_nvidia_options(res, c);
+        r = resources_new_from_config(c, &res, &what);
         if (r == -ENOMEM)
                 return r;
         if (r < 0) {
-                if (asprintf(ret_error, "%s: invalid NVIDIA sharing configuration (sharing.timeSlicing / "
-                             "sharing.mps resources)", c->file ?: "configuration") < 0)
-                        *ret_error = NULL;
-                return -EINVAL;
-        }
-        r = resources_set_id_filters(res, c->intel_allow_ids, c->intel_deny_ids);
-        if (r < 0) {
-                if (asprintf(ret_error, "%s: invalid intel.allowIDs or intel.denyIDs (PCI device ids like "
-                             "0x56a0 expected)", c->file ?: "configuration") < 0)
+                if (asprintf(ret_error, "%s: invalid %s", c->file ?: "configuration", what ?: "configuration") < 0)
                         *ret_error = NULL;
                 return -EINVAL;
         }
@@ -164,7 +149,7 @@ int broker_reload(Manager *m, char **ret_error) {
                  m->config->file ?: "defaults", strv_length(changed), strv_length(changed) > 0 ? ": " : "",
                  list ?: "");
         (void) broker_dbus_emit_resources_changed(m, changed);
-        manager_log_nvidia_problem(m);
+        manager_log_problem(m);
         (void) mps_client_sync(m, true);        /* MPS added, changed or removed */
         (void) sd_notify(false, "READY=1");
         manager_update_status(m);

@@ -21,6 +21,7 @@
 #include <syslog.h>
 
 #include "common/log.h"
+#include "daemons/broker/intel.h"
 #include "daemons/broker/probe-client.h"
 #include "daemons/broker/resources.h"
 #include "fuzz-bus.h"

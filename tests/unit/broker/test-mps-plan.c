@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "common/util.h"
+#include "daemons/broker/intel.h"
 #include "daemons/broker/nvidia.h"
 #include "daemons/broker/resources.h"
 #include "tests/unit/test-main.h"

@@ -23,6 +23,7 @@
 #include "common/bus-names.h"
 #include "common/config.h"
 #include "common/util.h"
+#include "daemons/broker/intel.h"
 #include "daemons/broker/nvidia.h"
 #include "daemons/broker/policy.h"
 #include "daemons/broker/resources.h"

@@ -9,6 +9,7 @@
 
 #include "common/bus-names.h"
 #include "common/util.h"
+#include "daemons/broker/intel.h"
 #include "daemons/broker/resources.h"
 #include "tests/unit/test-main.h"
 

@@ -23,6 +23,7 @@
 #include <systemd/sd-bus.h>
 
 #include "common/util.h"
+#include "daemons/broker/intel.h"
 #include "daemons/broker/nvidia.h"
 #include "daemons/broker/resources.h"
 #include "daemons/grpc/convert.h"
