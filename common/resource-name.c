@@ -4,6 +4,7 @@
  */
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,4 +60,21 @@ bool resource_socket_name_is_ours(const char *name) {
                 return false;
         l = strlen(name);
         return l > lp + ls && streq(name + l - ls, RESOURCE_SOCKET_SUFFIX);
+}
+
+bool resource_domain_enabled(const Config *c, const char *name) {
+        static const struct {
+                const char *domain;
+                size_t enabled;         /* offset of the bool in Config */
+        } domains[] = {
+                { "gpu.intel.com/", offsetof(Config, intel_enabled) },
+                { "nvidia.com/", offsetof(Config, nvidia_enabled) },
+        };
+
+        if (!c || !name)
+                return false;
+        for (size_t i = 0; i < ELEMENTSOF(domains); i++)
+                if (startswith(name, domains[i].domain))
+                        return *(const bool *) ((const char *) c + domains[i].enabled);
+        return false;
 }

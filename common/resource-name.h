@@ -12,6 +12,8 @@
 
 #include <stdbool.h>
 
+#include "common/config.h"
+
 #define RESOURCE_NAME_MAX 253u          /* "domain/name" */
 #define RESOURCE_SOCKET_PREFIX "kgpu-"
 #define RESOURCE_SOCKET_SUFFIX ".sock"
@@ -23,3 +25,8 @@ bool resource_name_valid(const char *name);
 int resource_socket_name(const char *resource, char **ret);
 /* True if name has the shape resource_socket_name() gives ("kgpu-*.sock", no '/'). */
 bool resource_socket_name_is_ours(const char *name);
+/* True if name is in the resource domain of a vendor that c enables ("gpu.intel.com/"
+ * with intel.enabled, "nvidia.com/" with nvidia.enabled): the resources kgpu may serve,
+ * whatever their names under the domain. One table here, so the probe's generic code
+ * asks no vendor question. */
+bool resource_domain_enabled(const Config *c, const char *name);

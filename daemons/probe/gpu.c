@@ -411,10 +411,6 @@ GpuNodeKind gpu_node_kind_from_sysname(const char *sysname) {
         return GPU_NODE_NONE;
 }
 
-bool gpu_driver_is_intel(const char *driver) {
-        return streq(driver, "i915") || streq(driver, "xe");
-}
-
 uint64_t gpu_memory_total(uint64_t per_tile, uint32_t tiles) {
         if (per_tile == 0 || tiles == 0)
                 return 0;

@@ -142,9 +142,6 @@ typedef enum GpuNodeKind {
 /* Classifies a drm sysname; connectors ("card0-DP-1") and anything else are NONE. */
 GpuNodeKind gpu_node_kind_from_sysname(const char *sysname);
 
-/* Whether the driver name is one this probe handles ("i915", "xe"). */
-bool gpu_driver_is_intel(const char *driver);
-
 /* lmem per tile x tiles; 0 if per_tile is 0 or the product overflows. */
 uint64_t gpu_memory_total(uint64_t per_tile, uint32_t tiles);
 

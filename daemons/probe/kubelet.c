@@ -40,8 +40,7 @@ struct KubeletDir {
         char *device_plugin_path;
         char *kubelet_socket;
         char *pod_resources_socket;
-        bool intel_enabled;
-        bool nvidia_enabled;
+        Config domains;                 /* only the vendors' enabled flags: resource_domain_enabled() */
         uid_t owner_uid;                /* whose sockets are trusted: root, or the probe's uid */
         uid_t caller_uid;               /* the front end's uid, (uid_t) -1: none */
 
@@ -477,8 +476,10 @@ int kubelet_dir_configure(KubeletDir *k, const Config *c) {
         _cleanup_free_ char *dp = NULL, *ks = NULL, *pr = NULL;
         bool moved;
 
-        k->intel_enabled = c->intel_enabled;
-        k->nvidia_enabled = c->nvidia_enabled;
+        k->domains = (Config) {
+                .intel_enabled = c->intel_enabled,
+                .nvidia_enabled = c->nvidia_enabled,
+        };
         if (isempty(c->device_plugin_path)) {
                 /* Not configured (only a Config made by hand; the loader always sets it). */
                 if (k->started)
@@ -596,11 +597,7 @@ static int fmt_message(char **ret, const char *fmt, ...) {
 }
 
 static bool kubelet_dir_resource_allowed(const KubeletDir *k, const char *resource) {
-        if (startswith(resource, "gpu.intel.com/"))
-                return k->intel_enabled;
-        if (startswith(resource, "nvidia.com/"))
-                return k->nvidia_enabled;
-        return false;
+        return resource_domain_enabled(&k->domains, resource);
 }
 
 static MadeSocket *kubelet_dir_find_made(KubeletDir *k, const char *name) {

@@ -81,6 +81,10 @@ static unsigned count_entries(int dir_fd, const char *subdir, const char *prefix
         return n;
 }
 
+bool gpu_driver_is_intel(const char *driver) {
+        return streq(driver, "i915") || streq(driver, "xe");
+}
+
 uint32_t udev_scan_count_tiles(int card_dir_fd) {
         unsigned n;
 

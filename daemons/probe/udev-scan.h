@@ -23,6 +23,9 @@
 /* Most GPUs the probe tracks; further ones are ignored. */
 #define UDEV_SCAN_GPUS_MAX 256
 
+/* Whether the driver name is one the Intel source handles ("i915", "xe"). */
+bool gpu_driver_is_intel(const char *driver);
+
 /* Reads the GPU behind PCI device pci. Returns 1 and *ret for an Intel GPU (vendor
  * 0x8086, driver i915 or xe) with at least one DRM card or render node, 0 (ret untouched)
  * for anything else, including an SR-IOV PF with sriov_numvfs > 0 (its VFs are GPUs,

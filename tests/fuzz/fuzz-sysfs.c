@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "daemons/probe/gpu.h"
+#include "daemons/probe/udev-scan.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

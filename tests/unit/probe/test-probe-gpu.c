@@ -8,6 +8,7 @@
 
 #include "common/util.h"
 #include "daemons/probe/gpu.h"
+#include "daemons/probe/udev-scan.h"
 #include "tests/unit/test-main.h"
 
 START_TEST(test_parse_pci_id) {
