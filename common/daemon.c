@@ -122,12 +122,16 @@ int daemon_parse_argv(const DaemonInfo *info, int argc, char *argv[], DaemonArgs
         return 1;
 }
 
+int daemon_config_load(const DaemonArgs *a, Config **ret, char **ret_error) {
+        return config_load(a->config_path, a->overrides, a->n_overrides, ret, ret_error);
+}
+
 int daemon_load_config(const DaemonArgs *a, Config **ret) {
         _cleanup_(config_freep) Config *c = NULL;
         _cleanup_free_ char *error = NULL;
         int r;
 
-        r = config_load(a->config_path, a->overrides, a->n_overrides, &c, &error);
+        r = daemon_config_load(a, &c, &error);
         if (r < 0)
                 return log_error_errno(r, "Invalid configuration: %s", error ?: strerror(-r));
         if (!isempty(c->log_level)) {

@@ -62,6 +62,9 @@ int daemon_parse_argv(const DaemonInfo *info, int argc, char *argv[], DaemonArgs
 /* config_load() with the arguments; logs a clear error ("Invalid configuration: FILE:LINE:
  * KEY: ...") on failure, applies logLevel on success. */
 int daemon_load_config(const DaemonArgs *a, Config **ret);
+/* The same load without logging or applying anything: on failure *ret_error is the
+ * FILE:LINE:KEY message (or NULL). For a reload that answers the error to a caller. */
+int daemon_config_load(const DaemonArgs *a, Config **ret, char **ret_error);
 
 /* -ESRCH: user unknown; -EPERM: uid 0 or the drop could not be verified. Logs. */
 int privileges_drop(const char *user, const char *config_key);

@@ -15,6 +15,7 @@
 #include <systemd/sd-bus.h>
 
 #include "common/bus-names.h"
+#include "common/bus-util.h"
 #include "common/util.h"
 #include "daemons/broker/gpu-properties.h"
 
@@ -91,62 +92,28 @@ static bool valid_word(const char *s, bool allow_empty) {
         return s[strcspn(s, " /,=\"\\")] == 0;
 }
 
+/* A device node of a list: non-empty, below /dev (valid_dev_node()). */
+static bool valid_list_node(const char *s) {
+        return !isempty(s) && valid_dev_node(s);
+}
+
 /* Reads an "as" of device node paths: at most RESOURCES_NODES_MAX, each a valid node
  * below /dev, duplicates dropped. Sets *bad (and consumes the value) when the list is
  * invalid; *ret is replaced only when it is valid. */
 static int read_node_array(sd_bus_message *msg, char ***ret, bool *bad) {
-        _cleanup_strv_free_ char **l = NULL;
-        bool bad_here = false;
-        size_t n = 0;
+        char **l = NULL;
         int r;
 
-        l = calloc(1, sizeof(char *));
-        if (!l)
-                return -ENOMEM;
-        r = sd_bus_message_enter_container(msg, 'a', "s");
-        if (r < 0)
-                return r;
-        for (;;) {
-                const char *v;
-
-                r = sd_bus_message_read(msg, "s", &v);
-                if (r < 0)
-                        return r;
-                if (r == 0)
-                        break;
-                if (++n > RESOURCES_NODES_MAX || isempty(v) || !valid_dev_node(v)) {
-                        bad_here = true;
-                        continue;
-                }
-                if (!strv_contains(l, v)) {
-                        r = strv_extend(&l, v);
-                        if (r < 0)
-                                return r;
-                }
-        }
-        r = sd_bus_message_exit_container(msg);
-        if (r < 0)
-                return r;
-        if (bad_here) {
+        r = bus_read_strv_bounded(msg, RESOURCES_NODES_MAX, valid_list_node, &l);
+        if (r == -EBADMSG) {
                 *bad = true;
                 return 0;
         }
+        if (r < 0)
+                return r;
         strv_free(*ret);
-        *ret = TAKE_PTR(l);
+        *ret = l;
         return 0;
-}
-
-/* Reads a "v" holding "as" of device node paths (see read_node_array()). */
-static int read_node_list(sd_bus_message *msg, char ***ret, bool *bad) {
-        int r;
-
-        r = sd_bus_message_enter_container(msg, 'v', "as");
-        if (r < 0)
-                return r;
-        r = read_node_array(msg, ret, bad);
-        if (r < 0)
-                return r;
-        return sd_bus_message_exit_container(msg);
 }
 
 static void mig_devices_free(MigDeviceInfo *d, size_t n) {
@@ -166,7 +133,7 @@ static void links_free(GpuLinkInfo *l, size_t n) {
         free(l);
 }
 
-/* Reads a "v" holding Gpu1.MigDevices "a(ussuuast)": at most PROBE_MIG_DEVICES_MAX
+/* Reads Gpu1.MigDevices "a(ussuuast)", inside its variant: at most PROBE_MIG_DEVICES_MAX
  * entries, each with a MIG UUID (non-empty, bounded like an id), a profile (a word),
  * device nodes below /dev and a memory size; device indexes and UUIDs unique. Sets *bad
  * (and consumes the value) when anything is invalid; *ret is replaced only when valid. */
@@ -176,9 +143,6 @@ static int read_mig_devices(sd_bus_message *msg, MigDeviceInfo **ret, size_t *re
         bool bad_here = false;
         int r;
 
-        r = sd_bus_message_enter_container(msg, 'v', "a(ussuuast)");
-        if (r < 0)
-                return r;
         r = sd_bus_message_enter_container(msg, 'a', "(ussuuast)");
         if (r < 0)
                 return r;
@@ -239,9 +203,6 @@ static int read_mig_devices(sd_bus_message *msg, MigDeviceInfo **ret, size_t *re
         r = sd_bus_message_exit_container(msg);
         if (r < 0)
                 goto fail;
-        r = sd_bus_message_exit_container(msg);
-        if (r < 0)
-                goto fail;
         if (bad_here) {
                 *bad = true;
                 mig_devices_free(d, n);
@@ -266,7 +227,7 @@ static bool valid_link_type(const char *s) {
         return false;
 }
 
-/* Reads a "v" holding Gpu1.Links "a(ssy)": at most PROBE_LINKS_MAX entries, each a peer
+/* Reads Gpu1.Links "a(ssy)", inside its variant: at most PROBE_LINKS_MAX entries, each a peer
  * id (bounded like an id, not twice), one of the contract's link types, and an NVLink
  * count (0 unless "NV"). Sets *bad (and consumes the value) when anything is invalid. */
 static int read_links(sd_bus_message *msg, GpuLinkInfo **ret, size_t *ret_n, bool *bad) {
@@ -275,9 +236,6 @@ static int read_links(sd_bus_message *msg, GpuLinkInfo **ret, size_t *ret_n, boo
         bool bad_here = false;
         int r;
 
-        r = sd_bus_message_enter_container(msg, 'v', "a(ssy)");
-        if (r < 0)
-                return r;
         r = sd_bus_message_enter_container(msg, 'a', "(ssy)");
         if (r < 0)
                 return r;
@@ -318,9 +276,6 @@ static int read_links(sd_bus_message *msg, GpuLinkInfo **ret, size_t *ret_n, boo
                         goto fail;
                 }
         }
-        r = sd_bus_message_exit_container(msg);
-        if (r < 0)
-                goto fail;
         r = sd_bus_message_exit_container(msg);
         if (r < 0)
                 goto fail;
@@ -401,9 +356,11 @@ static char **gpu_props_string(GpuProps *p, const char *name) {
         return NULL;
 }
 
-/* Reads the variant of property name (of type contents) into p; a known property of
- * the wrong type sets p->bad and is skipped, an unknown one is skipped. */
-static int gpu_props_read_one(sd_bus_message *msg, const char *name, const char *contents, GpuProps *p) {
+/* bus_read_property_map()'s handler, inside the variant of property name (of type
+ * contents): reads it into p (returns 1); a known property of the wrong type sets p->bad
+ * and is skipped, an unknown one is skipped (returns 0). */
+static int gpu_property(sd_bus_message *msg, const char *name, const char *contents, void *userdata) {
+        GpuProps *p = userdata;
         char **target = gpu_props_string(p, name);
         int r;
 
@@ -415,82 +372,52 @@ static int gpu_props_read_one(sd_bus_message *msg, const char *name, const char 
             (streq(name, "Links") && !streq(contents, "a(ssy)")) ||
             ((streq(name, "DeviceNodes") || streq(name, "ByPathNodes")) && !streq(contents, "as"))) {
                 p->bad = true;
-                return sd_bus_message_skip(msg, "v");
+                return 0;
         }
         if (target) {
                 const char *v;
 
-                r = sd_bus_message_read(msg, "v", "s", &v);
+                r = sd_bus_message_read_basic(msg, 's', &v);
                 if (r < 0)
                         return r;
-                return free_and_strdup(target, v);
+                r = free_and_strdup(target, v);
+                return r < 0 ? r : 1;
         }
         if (streq(name, "NumaNode")) {
-                r = sd_bus_message_read(msg, "v", "i", &p->numa);
+                r = sd_bus_message_read_basic(msg, 'i', &p->numa);
                 p->have_numa = r >= 0;
-                return r;
+                return r < 0 ? r : 1;
         }
-        if (streq(name, "DeviceNodes") || streq(name, "ByPathNodes"))
-                return read_node_list(msg, streq(name, "DeviceNodes") ? &p->nodes : &p->by_path, &p->bad);
+        if (streq(name, "DeviceNodes") || streq(name, "ByPathNodes")) {
+                r = read_node_array(msg, streq(name, "DeviceNodes") ? &p->nodes : &p->by_path, &p->bad);
+                return r < 0 ? r : 1;
+        }
         if (streq(name, "DeviceId")) {
-                r = sd_bus_message_read(msg, "v", "q", &p->device_id);
+                r = sd_bus_message_read_basic(msg, 'q', &p->device_id);
                 p->have_device_id = r >= 0;
-                return r;
+                return r < 0 ? r : 1;
         }
         if (streq(name, "Index")) {
-                r = sd_bus_message_read(msg, "v", "i", &p->index);
+                r = sd_bus_message_read_basic(msg, 'i', &p->index);
                 p->have_index = r >= 0;
-                return r;
+                return r < 0 ? r : 1;
         }
         if (streq(name, "MemoryBytes")) {
-                r = sd_bus_message_read(msg, "v", "t", &p->memory);
+                r = sd_bus_message_read_basic(msg, 't', &p->memory);
                 p->have_memory = r >= 0;
-                return r;
+                return r < 0 ? r : 1;
         }
         if (streq(name, "MigDevices")) {
                 r = read_mig_devices(msg, &p->mig, &p->n_mig, &p->bad);
                 p->have_mig = r >= 0;
-                return r;
+                return r < 0 ? r : 1;
         }
         if (streq(name, "Links")) {
                 r = read_links(msg, &p->links, &p->n_links, &p->bad);
                 p->have_links = r >= 0;
-                return r;
+                return r < 0 ? r : 1;
         }
-        return sd_bus_message_skip(msg, "v");
-}
-
-/* Reads the whole a{sv}: always consumed, so that a caller can go on reading after an
- * -EBADMSG; only errors of the message itself stop early. */
-static int gpu_props_read(sd_bus_message *msg, GpuProps *p) {
-        int r;
-
-        r = sd_bus_message_enter_container(msg, 'a', "{sv}");
-        if (r < 0)
-                return r;
-        for (;;) {
-                const char *name, *contents;
-                char type;
-
-                r = sd_bus_message_enter_container(msg, 'e', "sv");
-                if (r < 0)
-                        return r;
-                if (r == 0)
-                        break;
-                r = sd_bus_message_read(msg, "s", &name);
-                if (r < 0)
-                        return r;
-                r = sd_bus_message_peek_type(msg, &type, &contents);
-                if (r < 0)
-                        return r;
-                r = gpu_props_read_one(msg, name, contents, p);
-                if (r < 0)
-                        return r;
-                r = sd_bus_message_exit_container(msg);
-                if (r < 0)
-                        return r;
-        }
-        return sd_bus_message_exit_container(msg);
+        return 0;
 }
 
 static bool gpu_props_valid(const GpuProps *p) {
@@ -566,7 +493,9 @@ int probe_gpu_properties_apply(sd_bus_message *msg, GpuInfo *info) {
         GpuProps p = { .numa = -1, .index = -1 };
         int r;
 
-        r = gpu_props_read(msg, &p);
+        /* The whole a{sv} is consumed, so that a caller can go on reading after an
+         * -EBADMSG; only errors of the message itself stop early. */
+        r = bus_read_property_map(msg, gpu_property, &p);
         /* Validate everything before changing anything. */
         if (r >= 0 && !gpu_props_valid(&p))
                 r = -EBADMSG;

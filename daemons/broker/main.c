@@ -1,24 +1,22 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * main.c — kgpu-brokerd: command line, configuration, privilege drop, then the Manager.
+ * main.c — kgpu-brokerd: the daemon skeleton's hooks around the Manager.
  *
- * Contract: exits 0 after SIGTERM/SIGINT or --help/--version/--introspect, 1 on a
- * configuration error, a failed privilege drop or a failure to serve the bus. Started
- * as root it becomes Config.broker_user before it opens the bus or the database.
+ * Contract: the daemon skeleton (common/daemon.h) parses the command line and the
+ * configuration and, started as root, becomes Config.broker_user before the bus or the
+ * database is opened. Exits 0 after SIGTERM/SIGINT or --help/--version/--introspect, 1
+ * on a configuration error, a failed privilege drop or a failure to serve the bus.
+ * READY=1 follows the "started" line, once the bus name is taken and the state loaded.
+ * SIGHUP reloads (reload.h).
  */
 
-#include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-
+#include "common/bus-names.h"
 #include "common/config.h"
 #include "common/daemon.h"
 #include "common/log.h"
-#include "common/util.h"
 #include "daemons/broker/broker-dbus.h"
 #include "daemons/broker/manager.h"
+#include "daemons/broker/reload.h"
 
 static const DaemonInfo info = {
         .name = "kgpu-brokerd",
@@ -26,37 +24,46 @@ static const DaemonInfo info = {
         .introspect = broker_dbus_introspect,
 };
 
-int main(int argc, char *argv[]) {
-        _cleanup_(manager_freep) Manager *m = NULL;
-        _cleanup_(config_freep) Config *config = NULL;
-        _cleanup_(daemon_args_done) DaemonArgs args = {};
+static const char *brokerd_user(const Config *c) {
+        return c->broker_user;
+}
+
+static int brokerd_start(Daemon *d, Config *config) {
+        Manager *m;
         int r;
 
-        log_setup("kgpu-brokerd");
-        log_parse_environment();
-
-        r = daemon_parse_argv(&info, argc, argv, &args);
-        if (r <= 0)
-                return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
-
-        r = daemon_load_config(&args, &config);
+        r = manager_new(config, &m);
         if (r < 0)
-                return EXIT_FAILURE;
-
-        /* Before the bus or the database is opened. */
-        r = privileges_drop(config->broker_user, "broker.user");
-        if (r < 0)
-                return EXIT_FAILURE;
-
-        r = manager_new(TAKE_PTR(config), &m);
-        if (r < 0)
-                return EXIT_FAILURE;
-        m->config_path = args.config_path;
-        m->config_overrides = args.overrides;
-        m->n_config_overrides = args.n_overrides;
-        r = manager_start(m);
-        if (r < 0)
-                return EXIT_FAILURE;
-        r = manager_run(m);
-        return r == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+                return r;
+        m->args = &d->args;
+        d->state = m;
+        return manager_start(m);
 }
+
+static void brokerd_started(Daemon *d) {
+        Manager *m = d->state;
+
+        log_struct(LOG_INFO, KGPU_MESSAGE_STARTED, "kgpu-brokerd %s started as %s, state %s.",
+                   KGPU_VERSION, KGPU_BROKER_BUS_NAME,
+                   m->store ? store_get_path(m->store) : "UNAVAILABLE (refusing allocations)");
+        manager_update_status(m);
+}
+
+static void brokerd_on_reload(Daemon *d) {
+        (void) broker_reload(d->state, NULL);   /* logs; a refused config leaves the old one */
+}
+
+static void brokerd_free(void *state) {
+        manager_free(state);
+}
+
+static const DaemonHooks hooks = {
+        .user = brokerd_user,
+        .user_key = "broker.user",
+        .start = brokerd_start,
+        .started = brokerd_started,
+        .reload = brokerd_on_reload,
+        .free = brokerd_free,
+};
+
+DEFINE_DAEMON_MAIN(info, hooks)

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * manager.c — kgpu-brokerd's Manager: privileges, state directory, store, bus, signals.
+ * manager.c — kgpu-brokerd's Manager: state directory, store, bus.
  *
- * Contract: see manager.h. Start-up order: (privileges dropped by the caller) state
- * directory, store, bus connection, Broker1 object, probe client, bus name, READY=1.
+ * Contract: see manager.h. Start-up order: (privileges dropped and signals handled by
+ * the daemon skeleton) state directory, store, bus connection, Broker1 object, probe
+ * client, bus name; then the skeleton's watchdog, "started" and READY=1.
  * A store that cannot be opened is logged with MESSAGE_ID KGPU_MESSAGE_STATE_ERROR and
  * the broker keeps serving reads, answering Allocate with StateUnavailable.
  */
@@ -13,7 +14,6 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -140,19 +140,6 @@ void manager_update_status(Manager *m) {
                                   "refusing allocations.", n);
 }
 
-static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
-        Manager *m = userdata;
-
-        if (si->ssi_signo == SIGHUP) {
-                log_info("Received SIGHUP, reloading the configuration.");
-                (void) broker_reload(m, NULL);  /* logs; a refused config leaves the old one */
-                return 0;
-        }
-        log_info("Received %s, exiting.", strsignal((int) si->ssi_signo));
-        (void) sd_notify(false, "STOPPING=1");
-        return sd_event_exit(m->event, 0);
-}
-
 static int on_checkpoint(sd_event_source *source, void *userdata) {
         Manager *m = userdata;
         int r;
@@ -224,27 +211,10 @@ static void manager_open_store(Manager *m) {
 }
 
 int manager_start(Manager *m) {
-        sigset_t mask;
         int r;
 
         manager_open_store(m);
         (void) inventory_load(m);
-
-        sigemptyset(&mask);
-        sigaddset(&mask, SIGTERM);
-        sigaddset(&mask, SIGINT);
-        sigaddset(&mask, SIGHUP);
-        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
-                return log_error_errno(negative_errno(), "Failed to block signals: %m");
-        int sigs[] = { SIGTERM, SIGINT, SIGHUP };
-        for (size_t i = 0; i < ELEMENTSOF(sigs); i++) {
-                r = sd_event_add_signal(m->event, NULL, sigs[i], on_signal, m);
-                if (r < 0)
-                        return log_error_errno(r, "Failed to watch signal %d: %m", sigs[i]);
-        }
-        r = sd_event_set_watchdog(m->event, true);
-        if (r < 0)
-                log_warning_errno(r, "Failed to enable the watchdog, ignoring: %m");
 
         r = bus_open_attached(m->event, "kgpu-brokerd", &m->bus);
         if (r < 0)
@@ -261,12 +231,6 @@ int manager_start(Manager *m) {
         if (r < 0)
                 return log_error_errno(r, "Failed to acquire bus name %s (another broker running?): %m",
                                        KGPU_BROKER_BUS_NAME);
-
-        log_struct(LOG_INFO, KGPU_MESSAGE_STARTED, "kgpu-brokerd %s started as %s, state %s.",
-                   KGPU_VERSION, KGPU_BROKER_BUS_NAME,
-                   m->store ? store_get_path(m->store) : "UNAVAILABLE (refusing allocations)");
-        (void) sd_notify(false, "READY=1");
-        manager_update_status(m);
         return 0;
 }
 

@@ -2,11 +2,14 @@
 /*
  * manager.h — the one Manager of kgpu-brokerd: event loop, bus, config, store, resources.
  *
- * Contract: main() loads the config, calls privileges_drop() (root only), then
- * manager_new(), manager_start() and manager_run(). manager_start() logs its own errors
- * and returns a negative errno only for failures that make the broker useless (no bus,
- * bus name taken); a state database that cannot be used is logged and leaves the
- * broker running in refuse-to-allocate mode (m->store == NULL).
+ * Contract: the daemon skeleton (common/daemon.h, main.c's hooks) loads the config,
+ * drops root, blocks and handles the signals, then calls manager_new() and
+ * manager_start(); it turns the watchdog on, logs "started" and sends READY=1 after
+ * manager_start() returned, i.e. once the bus name is taken and the state is loaded.
+ * manager_start() logs its own errors and returns a negative errno only for failures
+ * that make the broker useless (no bus, bus name taken); a state database that cannot
+ * be used is logged and leaves the broker running in refuse-to-allocate mode
+ * (m->store == NULL). manager_run() runs the loop (for callers without the skeleton).
  */
 #pragma once
 
@@ -19,6 +22,7 @@
 
 #include "common/cleanup.h"
 #include "common/config.h"
+#include "common/daemon.h"
 #include "daemons/broker/resources.h"
 #include "daemons/broker/store.h"
 
@@ -26,10 +30,9 @@ typedef struct Manager {
         sd_event *event;
         sd_bus *bus;
         Config *config;
-        /* How config was loaded, for reloads (reload.c); point into argv. */
-        const char *config_path;
-        const ConfigOverride *config_overrides;
-        size_t n_config_overrides;
+        /* The command line config was loaded with, for reloads (reload.c): the daemon
+         * skeleton's Daemon.args; NULL: the defaults (no --config, no overrides). */
+        const DaemonArgs *args;
 
         Store *store;                   /* NULL: state unavailable, allocations refused */
         char *store_error;              /* why, for the error replies */

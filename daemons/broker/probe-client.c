@@ -14,6 +14,7 @@
 #include <systemd/sd-bus.h>
 
 #include "common/bus-names.h"
+#include "common/bus-util.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "daemons/broker/inventory.h"
@@ -31,6 +32,11 @@ static const char match_objects[] =
 static const char match_properties[] =
         "type='signal',sender='" KGPU_PROBE_BUS_NAME "',interface='org.freedesktop.DBus.Properties',"
         "member='PropertiesChanged',arg0='" KGPU_GPU_INTERFACE "',path_namespace='" KGPU_PROBE_PATH "'";
+
+typedef struct ProbeInterfaces {
+        GpuInfo info;
+        bool bad;                       /* io.kgpu.Gpu1 was there but invalid */
+} ProbeInterfaces;
 
 static bool gpu_path_valid(const char *path) {
         const char *p = startswith(path, KGPU_GPU_PATH_PREFIX "/");
@@ -116,59 +122,35 @@ static void probe_emit(Manager *m, char **changed) {
         manager_update_status(m);
 }
 
+/* bus_read_interface_map()'s handler for io.kgpu.Gpu1: an invalid map is consumed and
+ * remembered, so that the walk goes on and fails at the end. */
+static int probe_read_gpu1(sd_bus_message *msg, void *userdata) {
+        ProbeInterfaces *p = userdata;
+        int r;
+
+        r = probe_gpu_properties_apply(msg, &p->info);
+        if (r == -EBADMSG) {
+                p->bad = true;
+                return 1;
+        }
+        return r < 0 ? r : 1;
+}
+
 /* Reads a{sa{sv}} and returns the io.kgpu.Gpu1 properties applied over defaults.
  * Returns 1 if the interface was there, 0 if not. */
 static int probe_read_interfaces(sd_bus_message *msg, GpuInfo *ret) {
-        GpuInfo info = { .numa_node = -1, .index = -1 };
-        bool found = false, bad = false;
+        ProbeInterfaces p = { .info = { .numa_node = -1, .index = -1 } };
         int r;
 
-        r = sd_bus_message_enter_container(msg, 'a', "{sa{sv}}");
-        if (r < 0)
-                return r;
-        for (;;) {
-                const char *iface;
-
-                r = sd_bus_message_enter_container(msg, 'e', "sa{sv}");
-                if (r < 0)
-                        goto fail;
-                if (r == 0)
-                        break;
-                r = sd_bus_message_read(msg, "s", &iface);
-                if (r < 0)
-                        goto fail;
-                if (streq(iface, KGPU_GPU_INTERFACE) && !found) {
-                        r = probe_gpu_properties_apply(msg, &info);
-                        found = true;
-                        if (r == -EBADMSG) {
-                                /* Consumed: go on, fail at the end. */
-                                bad = true;
-                                r = 0;
-                        }
-                } else
-                        r = sd_bus_message_skip(msg, "a{sv}");
-                if (r < 0)
-                        goto fail;
-                r = sd_bus_message_exit_container(msg);
-                if (r < 0)
-                        goto fail;
-        }
-        r = sd_bus_message_exit_container(msg);
-        if (r < 0)
-                goto fail;
-        if (bad) {
+        r = bus_read_interface_map(msg, KGPU_GPU_INTERFACE, probe_read_gpu1, &p);
+        if (r >= 0 && p.bad)
                 r = -EBADMSG;
-                goto fail;
+        if (r <= 0) {
+                gpu_info_done(&p.info);
+                return r;
         }
-        if (!found) {
-                gpu_info_done(&info);
-                return 0;
-        }
-        *ret = info;
+        *ret = p.info;
         return 1;
-fail:
-        gpu_info_done(&info);
-        return r;
 }
 
 static int on_get_managed_objects(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {

@@ -15,6 +15,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "common/bus-names.h"
+#include "common/daemon.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "daemons/broker/broker-dbus.h"
@@ -101,7 +102,9 @@ int broker_reload(Manager *m, char **ret_error) {
 
         (void) sd_notify(false, "RELOADING=1\nSTATUS=Reloading the configuration...");
 
-        r = config_load(m->config_path, m->config_overrides, m->n_config_overrides, &c, &error);
+        /* The loader and command line of the start (the daemon skeleton's), without its
+         * logging: the error goes to the caller and logLevel applies only at the swap. */
+        r = daemon_config_load(m->args ?: &(const DaemonArgs) {}, &c, &error);
         if (r >= 0)
                 r = build_resources(c, m->resources, &res, &error);
         if (r >= 0)

@@ -3,7 +3,8 @@
  * reload.h — re-read kgpu.yaml without dropping allocations (SIGHUP, Broker1.Reload).
  *
  * Contract: broker_reload() loads the configuration exactly as at start (same --config
- * and command-line overrides, kept in the Manager), builds the resources from it and the
+ * and command-line overrides: the daemon skeleton's DaemonArgs, Manager.args, and
+ * the same loader, daemon_config_load()), builds the resources from it and the
  * GPUs the probe last reported, and only when all of that succeeded swaps them in, emits
  * ResourcesChanged for every resource whose device list changed (appeared, disappeared,
  * ids, health or NUMA) and logs what changed. The store and every allocation are kept;

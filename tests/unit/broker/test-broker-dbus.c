@@ -269,12 +269,18 @@ static void start_broker(void) {
                 _cleanup_free_ char *yaml = NULL, *err = NULL;
                 Manager *m = NULL;
                 Config *c = NULL;
+                sigset_t mask;
                 int r;
 
                 if (asprintf(&yaml, "stateDirectory: %s\nlogLevel: debug\n", state_dir) < 0 ||
                     config_load_string(yaml, strlen(yaml), "test.yaml", NULL, 0, &c, &err) < 0)
                         _exit(10);
                 if (manager_new(c, &m) < 0)
+                        _exit(11);
+                /* SIGTERM ends the loop with 0, as the daemon skeleton arranges. */
+                if (sigemptyset(&mask) < 0 || sigaddset(&mask, SIGTERM) < 0 ||
+                    sigprocmask(SIG_BLOCK, &mask, NULL) < 0 ||
+                    sd_event_add_signal(m->event, NULL, SIGTERM, NULL, NULL) < 0)
                         _exit(11);
                 if (manager_start(m) < 0)
                         _exit(12);
