@@ -42,7 +42,7 @@ def main():
     ap.add_argument('--files', type=int, default=15, help='largest files to list')
     ap.add_argument('--functions', type=int, default=25, help='longest functions to list')
     ap.add_argument('--over', type=int, default=80, help='count functions longer than this')
-    ap.add_argument('dirs', nargs='*', default=['common', 'daemons', 'tools'])
+    ap.add_argument('dirs', nargs='*', default=['common', 'grpc', 'daemons', 'tools'])
     a = ap.parse_args()
     sizes, funcs = [], []
     for d in a.dirs:
