@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,19 +161,26 @@ bool strv_equal(char * const *a, char * const *b) {
         return true;
 }
 
-int array_reserve(void **p, size_t *allocated, size_t need, size_t size) {
+int array_reserve_bounded(void **p, size_t *allocated, size_t need, size_t size, size_t max) {
         size_t na;
         void *v;
 
         if (need <= *allocated)
                 return 0;
-        na = MAX(MAX(*allocated * 2, need), (size_t) 8);
+        if (need > max)
+                return -E2BIG;
+        na = MIN(MAX(MAX(*allocated * 2, need), (size_t) 8), max);
         v = reallocarray(*p, na, size);
         if (!v)
                 return -ENOMEM;
+        memset((char *) v + *allocated * size, 0, (na - *allocated) * size);
         *p = v;
         *allocated = na;
         return 0;
+}
+
+int array_reserve(void **p, size_t *allocated, size_t need, size_t size) {
+        return array_reserve_bounded(p, allocated, need, size, SIZE_MAX);
 }
 
 int free_and_strdup(char **p, const char *s) {

@@ -44,6 +44,9 @@ bool strv_equal(char * const *a, char * const *b);
 /* Makes the array *p (of elements of size bytes, *allocated of them) hold at least need
  * elements, growing it geometrically (at least 8). -ENOMEM leaves it as it was. */
 int array_reserve(void **p, size_t *allocated, size_t need, size_t size);
+/* The same for an array of at most max elements (-E2BIG when need is more); the elements
+ * it adds are zero-filled (so are array_reserve()'s). */
+int array_reserve_bounded(void **p, size_t *allocated, size_t need, size_t size, size_t max);
 
 /* Replaces *p by a copy of s (s may be NULL). */
 int free_and_strdup(char **p, const char *s);

@@ -35,9 +35,6 @@ bool smi_classify_line(const char *l, NvidiaSmiError *e);
 
 int smi_fail(char **ret_error, int r, size_t line, const char *fmt, ...) _printf_(4, 5);
 
-/* Makes room for element n in a zero-filled array of at most max elements (-E2BIG). */
-int smi_array_grow(void **p, size_t *cap, size_t n, size_t size, size_t max);
-
 bool smi_is_blank(char c);
 /* Strips blanks at both ends, in place. */
 char *smi_strip(char *s);

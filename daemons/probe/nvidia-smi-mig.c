@@ -62,7 +62,8 @@ int nvidia_smi_parse_q_mig_devices(const char *text, size_t len, NvidiaQMigDevic
                         if (n >= NVIDIA_MIG_DEVICES_MAX)
                                 return smi_fail(ret_error, -E2BIG, i + 1, "more than %u MIG devices",
                                             NVIDIA_MIG_DEVICES_MAX);
-                        r = smi_array_grow((void **) &devs, &cap, n, sizeof(NvidiaQMigDevice), NVIDIA_MIG_DEVICES_MAX);
+                        r = array_reserve_bounded((void **) &devs, &cap, n + 1, sizeof(NvidiaQMigDevice),
+                                                  NVIDIA_MIG_DEVICES_MAX);
                         if (r < 0)
                                 return r;
                         memcpy(devs[n].pci_address, gpu, sizeof(gpu));
@@ -147,7 +148,8 @@ int nvidia_smi_parse_q_gpus(const char *text, size_t len, NvidiaQGpu **ret, size
                 if (ind == 0 && startswith(s, "GPU ") && !strchr(s + 4, ' ')) {
                         if (n >= NVIDIA_GPUS_MAX)
                                 return smi_fail(ret_error, -E2BIG, i + 1, "more than %u GPUs", NVIDIA_GPUS_MAX);
-                        r = smi_array_grow((void **) &gpus, &cap, n, sizeof(NvidiaQGpu), NVIDIA_GPUS_MAX);
+                        r = array_reserve_bounded((void **) &gpus, &cap, n + 1, sizeof(NvidiaQGpu),
+                                                  NVIDIA_GPUS_MAX);
                         if (r < 0)
                                 return r;
                         gpus[n] = (NvidiaQGpu) { .minor_number = -1 };
@@ -323,7 +325,8 @@ int nvidia_smi_parse_mig_profiles(const char *text, size_t len, NvidiaMigProfile
                 for (size_t j = 0; j < n; j++)
                         if (p[j].gpu_index == m.gpu_index && p[j].profile_id == m.profile_id)
                                 return smi_fail(ret_error, -EBADMSG, i + 1, "profile %u listed twice", m.profile_id);
-                r = smi_array_grow((void **) &p, &cap, n, sizeof(NvidiaMigProfile), NVIDIA_MIG_DEVICES_MAX);
+                r = array_reserve_bounded((void **) &p, &cap, n + 1, sizeof(NvidiaMigProfile),
+                                          NVIDIA_MIG_DEVICES_MAX);
                 if (r < 0)
                         return smi_fail(ret_error, r, i + 1, "too many profiles");
                 p[n++] = m;
@@ -426,7 +429,8 @@ int nvidia_smi_parse_mig_instances(const char *text, size_t len, bool compute_in
                 for (size_t j = 0; j < n; j++)
                         if (inst[j].gpu_index == m.gpu_index && inst[j].gi_id == m.gi_id && inst[j].ci_id == m.ci_id)
                                 return smi_fail(ret_error, -EBADMSG, i + 1, "instance listed twice");
-                r = smi_array_grow((void **) &inst, &cap, n, sizeof(NvidiaMigInstance), NVIDIA_MIG_DEVICES_MAX);
+                r = array_reserve_bounded((void **) &inst, &cap, n + 1, sizeof(NvidiaMigInstance),
+                                          NVIDIA_MIG_DEVICES_MAX);
                 if (r < 0)
                         return r;
                 inst[n++] = m;

@@ -427,8 +427,8 @@ int nvidia_smi_parse_list(const char *text, size_t len,
                                             NVIDIA_MIG_DEVICES_MAX);
                         if (list_parse_mig_line(s, gpus[n - 1].index, &m) < 0)
                                 return smi_fail(ret_error, -EBADMSG, i + 1, "bad MIG device line '%.80s'", s);
-                        r = smi_array_grow((void **) &migs, &cap_migs, n_migs, sizeof(NvidiaMigDevice),
-                                       NVIDIA_MIG_DEVICES_MAX);
+                        r = array_reserve_bounded((void **) &migs, &cap_migs, n_migs + 1, sizeof(NvidiaMigDevice),
+                                                  NVIDIA_MIG_DEVICES_MAX);
                         if (r < 0)
                                 return r;
                         for (size_t k = 0; k < n_migs; k++)

@@ -124,25 +124,6 @@ int smi_lines_split(const char *text, size_t len, Lines *ret, char **ret_error) 
         return 0;
 }
 
-/* Makes room for element n in a zero-filled array of at most max elements. */
-int smi_array_grow(void **p, size_t *cap, size_t n, size_t size, size_t max) {
-        size_t c;
-        void *q;
-
-        if (n < *cap)
-                return 0;
-        c = MIN(MAX(*cap * 2, (size_t) 16), max);
-        if (c <= n)
-                return -E2BIG;
-        q = reallocarray(*p, c, size);
-        if (!q)
-                return -ENOMEM;
-        memset((char *) q + *cap * size, 0, (c - *cap) * size);
-        *p = q;
-        *cap = c;
-        return 0;
-}
-
 bool smi_is_blank(char c) {
         return c == ' ' || c == '\t';
 }
