@@ -134,13 +134,19 @@ def mps_commands(node, since):
 
 
 def without_checks(cmds):
-    """cmds without the health checks (a control tool run whose only line is get_server_list)."""
+    """cmds without the health checks (a control tool run whose only line is get_server_list).
+    The fake logs a run's environment when it starts and its stdin lines once it has read
+    them, so a last entry with no stdin line yet is a run still in flight: a health check
+    the probe's timer started while the caller was reading the log (a SetMps has finished
+    its runs, stdin included, before it answers)."""
     out = []
     for c in cmds:
         if c == 'nvidia-cuda-mps-control < get_server_list' and out and out[-1].startswith('nvidia-cuda-mps-control ['):
             out.pop()
             continue
         out.append(c)
+    if out and out[-1].startswith('nvidia-cuda-mps-control [') and out[-1].endswith(']'):
+        out.pop()
     return out
 
 
