@@ -30,6 +30,11 @@
 #define NVIDIA_POLL_TIMEOUT_MAX_USEC (10U * 1000U * 1000U)
 #define NVIDIA_POLL_TIMEOUT_MIN_USEC (1U * 1000U * 1000U)
 #define NVIDIA_WAITERS_MAX 64U
+/* A failure's description: the tool's words, or its output quoted (escaped, at most
+ * NVIDIA_QUOTE_MAX bytes of it) with its exit status and the parser's complaint. */
+#define NVIDIA_QUOTE_MAX 200U
+#define NVIDIA_HEALTH_REASON_MAX 255U
+#define NVIDIA_FAILURE_MAX (NVIDIA_QUOTE_MAX * 4U + NVIDIA_MESSAGE_MAX + 128U)
 
 typedef enum InventoryStep {
         STEP_NONE,
@@ -205,6 +210,12 @@ static void nvidia_fail_all(NvidiaProbe *p, const char *message) {
                 log_oom();
                 return;
         }
+        /* The broker takes HealthReason up to 256 bytes: a quoted output is cut (and a
+         * UTF-8 sequence cut in two made '?'). */
+        if (strlen(reason) > NVIDIA_HEALTH_REASON_MAX) {
+                strcpy(reason + NVIDIA_HEALTH_REASON_MAX - 3, "...");
+                nvidia_utf8_sanitize(reason);
+        }
         for (size_t i = 0; i < p->manager->n_gpus; i++)
                 if (gpu_is_nvidia(p->manager->gpus[i]))
                         nvidia_observe(p, p->manager->gpus[i], false, reason);
@@ -252,6 +263,55 @@ static char *read_mig_minors(void) {
         if (strlen(buf) != n)
                 return NULL;
         return TAKE_PTR(buf);
+}
+
+/* GPUs nvidia-smi names lost that no object stands for (lost before they were ever
+ * read, at start for one): each becomes an Unhealthy "gpu-lost" object under the id
+ * NVIDIA_LOST_ID_PREFIX + its PCI address, its UUID being unknown. */
+static void nvidia_add_lost(NvidiaProbe *p) {
+        Manager *m = p->manager;
+        int r;
+
+        for (size_t i = 0; i < p->n_lost; i++) {
+                const NvidiaSmiError *e = &p->lost[i];
+                _cleanup_free_ char *id = NULL;
+                bool known = false;
+                Gpu *g = NULL;
+
+                if (isempty(e->pci_address)) {
+                        log_warning("nvidia-smi reports a GPU lost without naming its PCI address, it cannot be "
+                                    "advertised: %s", e->message);
+                        continue;
+                }
+                for (size_t k = 0; k < m->n_gpus && !known; k++)
+                        known = gpu_is_nvidia(m->gpus[k]) && streq(m->gpus[k]->pci_address, e->pci_address);
+                if (known)
+                        continue;
+                if (asprintf(&id, "%s%s", NVIDIA_LOST_ID_PREFIX, e->pci_address) < 0) {
+                        log_oom();
+                        return;
+                }
+                r = gpu_new(id, &g);
+                if (r >= 0 && ((r = free_and_strdup(&g->vendor, "nvidia")) < 0 ||
+                               (r = free_and_strdup(&g->driver, "nvidia")) < 0 ||
+                               (r = free_and_strdup(&g->pci_address, e->pci_address)) < 0 ||
+                               (r = free_and_strdup(&g->health, GPU_UNHEALTHY)) < 0 ||
+                               (r = free_and_strdup(&g->health_reason, NVIDIA_REASON_GPU_LOST)) < 0))
+                        g = gpu_free(g);
+                if (r < 0) {
+                        log_oom();
+                        return;
+                }
+                g->vendor_id = 0x10de;
+                r = manager_upsert_gpu(m, g);
+                if (r < 0) {
+                        log_warning_errno(r, "Failed to add the lost NVIDIA GPU %s, ignoring: %m", id);
+                        continue;
+                }
+                log_struct(LOG_WARNING, KGPU_MESSAGE_GPU_HEALTH,
+                           "NVIDIA GPU at %s is lost (nvidia-smi: %s): advertised as %s, Unhealthy \"%s\".",
+                           e->pci_address, e->message, id, NVIDIA_REASON_GPU_LOST);
+        }
 }
 
 static void nvidia_apply_inventory(NvidiaProbe *p) {
@@ -311,6 +371,7 @@ static void nvidia_apply_inventory(NvidiaProbe *p) {
                 if (r < 0)
                         log_warning_errno(r, "Failed to add NVIDIA GPU, ignoring: %m");
         }
+        nvidia_add_lost(p);
         /* An answered GPU counts as one good observation. */
         for (size_t k = 0; k < p->n_gpus; k++) {
                 Gpu *g = manager_find_gpu(m, p->gpus[k].uuid);
@@ -337,6 +398,18 @@ static void nvidia_finish_inventory(NvidiaProbe *p, int error, const char *messa
                 nvidia_apply_inventory(p);
                 log_debug("NVIDIA inventory done: %zu GPUs, %zu MIG devices, %zu lost.", p->n_gpus, p->n_migs,
                           p->n_lost);
+                if (p->n_gpus == 0 && p->n_lost > 0) {
+                        /* Every GPU lost: no usable one, an initialization failure as any
+                         * other (failOnInitError applies); the lost ones stay advertised. */
+                        _cleanup_free_ char *m = NULL;
+
+                        p->last_error = -EIO;
+                        if (asprintf(&m, "every NVIDIA GPU is lost: %s", p->lost[0].message) >= 0) {
+                                nvidia_utf8_sanitize(m);
+                                free(p->last_message);
+                                p->last_message = TAKE_PTR(m);
+                        }
+                }
         }
         inventory_reset(p);
 
@@ -385,6 +458,26 @@ static void describe_failure(int run_error, int parse_r, const NvidiaRunResult *
         nvidia_utf8_sanitize(buf);
 }
 
+/* The first NVIDIA_QUOTE_MAX bytes of a tool's output, printable: control characters,
+ * DEL, '\\' and '"' escaped (\n, \t, \r, \xNN); bytes >= 0x80 are kept (the caller
+ * makes the whole valid UTF-8). size: at least NVIDIA_QUOTE_MAX * 4 + 1. */
+static void quote_output(const char *t, size_t len, char *buf, size_t size) {
+        size_t o = 0;
+
+        for (size_t i = 0; i < len && i < NVIDIA_QUOTE_MAX && o + 5 < size; i++) {
+                unsigned char c = (unsigned char) t[i];
+
+                if (c == '\n' || c == '\t' || c == '\r' || c == '\\' || c == '"') {
+                        buf[o++] = '\\';
+                        buf[o++] = c == '\n' ? 'n' : c == '\t' ? 't' : c == '\r' ? 'r' : (char) c;
+                } else if (c < 0x20 || c == 0x7f)
+                        o += (size_t) snprintf(buf + o, size - o, "\\x%02x", c);
+                else
+                        buf[o++] = (char) c;
+        }
+        buf[o] = 0;
+}
+
 static void describe_failure_raw(int run_error, int parse_r, const NvidiaRunResult *res, const char *parse_error,
                                  char *buf, size_t size) {
         NvidiaSmiError e = {};
@@ -404,15 +497,23 @@ static void describe_failure_raw(int run_error, int parse_r, const NvidiaRunResu
                 (void) snprintf(buf, size, "%s", e.message);
                 return;
         }
-        if (!isempty(parse_error)) {
-                (void) snprintf(buf, size, "%s", parse_error);
-                return;
+        /* Output kgpu does not recognise: the tool's own words (bounded, escaped) and exit
+         * status first, the parser's complaint after them. */
+        if (len == 0)
+                (void) snprintf(buf, size, "exit status %d, no output", res->exit_status);
+        else {
+                char quoted[NVIDIA_QUOTE_MAX * 4U + 1];
+
+                quote_output(t, len, quoted, sizeof(quoted));
+                (void) snprintf(buf, size, "unrecognised output (exit status %d): \"%s\"%s", res->exit_status,
+                                quoted, len > NVIDIA_QUOTE_MAX ? "..." : "");
         }
-        if (res->exit_status != 0) {
-                (void) snprintf(buf, size, "exit status %d", res->exit_status);
-                return;
+        if (!isempty(parse_error) || parse_r < 0) {
+                size_t l = strlen(buf);
+
+                (void) snprintf(buf + l, size - l, "; parser: %s",
+                                !isempty(parse_error) ? parse_error : strerror(-parse_r));
         }
-        (void) snprintf(buf, size, "%s", parse_r < 0 ? strerror(-parse_r) : "unexpected output");
 }
 
 static int inventory_start_step(NvidiaProbe *p, InventoryStep step);
@@ -429,7 +530,7 @@ typedef struct StepAnswer {
 
 static InventoryStep on_query(NvidiaProbe *p, const StepAnswer *a) {
         _cleanup_free_ char *perr = NULL;
-        char msg[NVIDIA_MESSAGE_MAX + 64];
+        char msg[NVIDIA_FAILURE_MAX];
         int r = a->run_error;
 
         if (r >= 0)
@@ -458,6 +559,11 @@ static InventoryStep on_query(NvidiaProbe *p, const StepAnswer *a) {
                 nvidia_finish_inventory(p, r, msg);
                 return STEP_NONE;
         }
+        if (p->n_gpus == 0 && p->n_lost > 0) {
+                /* Only lost GPUs: -L, -q and topo -m have nothing more to say. */
+                nvidia_finish_inventory(p, 0, NULL);
+                return STEP_NONE;
+        }
         return STEP_LIST;
 }
 
@@ -465,7 +571,7 @@ static InventoryStep on_list(NvidiaProbe *p, const StepAnswer *a) {
         _cleanup_free_ char *perr = NULL;
         _cleanup_free_ NvidiaGpu *list_gpus = NULL;
         size_t n_list_gpus = 0;
-        char msg[NVIDIA_MESSAGE_MAX + 64];
+        char msg[NVIDIA_FAILURE_MAX];
         int r = a->run_error;
 
         if (r >= 0)
@@ -480,7 +586,7 @@ static InventoryStep on_list(NvidiaProbe *p, const StepAnswer *a) {
 
 static InventoryStep on_q(NvidiaProbe *p, const StepAnswer *a) {
         _cleanup_free_ char *perr = NULL;
-        char msg[NVIDIA_MESSAGE_MAX + 64];
+        char msg[NVIDIA_FAILURE_MAX];
         int r = a->run_error;
 
         if (r >= 0)
@@ -502,15 +608,29 @@ static InventoryStep on_q(NvidiaProbe *p, const StepAnswer *a) {
 
 static InventoryStep on_summary(NvidiaProbe *p, const StepAnswer *a) {
         _cleanup_free_ char *perr = NULL;
+        char msg[NVIDIA_FAILURE_MAX];
+        int r;
 
         if (a->run_error >= 0)
                 (void) nvidia_smi_parse_versions(a->t, a->len, &p->versions, &perr);
+        if (p->n_migs == 0 || p->n_q_migs > 0)
+                return STEP_TOPO;
+        /* -q failed: the table's MIG box gives each MIG device's GPU and compute instance
+         * (without them its capability nodes are unknown and it is not published). */
+        perr = mfree(perr);
+        r = a->run_error;
+        if (r >= 0)
+                r = nvidia_smi_parse_summary_mig_devices(a->t, a->len, &p->q_migs, &p->n_q_migs, &perr);
+        if (r < 0) {
+                describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
+                log_warning("nvidia-smi failed, the MIG devices' GPU and compute instances are unknown: %s", msg);
+        }
         return STEP_TOPO;
 }
 
 static InventoryStep on_topo(NvidiaProbe *p, const StepAnswer *a) {
         _cleanup_free_ char *perr = NULL;
-        char msg[NVIDIA_MESSAGE_MAX + 64];
+        char msg[NVIDIA_FAILURE_MAX];
         NvidiaTopology *topo = NULL;
         int r = a->run_error;
 
@@ -531,7 +651,7 @@ static InventoryStep on_topo(NvidiaProbe *p, const StepAnswer *a) {
 static void on_inventory_run(NvidiaRun *run, int error, const NvidiaRunResult *res, void *userdata) {
         NvidiaProbe *p = userdata;
         StepAnswer a = { .res = res, .t = "", .run_error = error };
-        char msg[NVIDIA_MESSAGE_MAX + 64];
+        char msg[NVIDIA_FAILURE_MAX];
         InventoryStep next = STEP_NONE;
         int r;
 
@@ -639,7 +759,7 @@ int nvidia_probe_wait_initial(NvidiaProbe *p) {
                                                "NVIDIA initialization failed: %s failed: %s "
                                                "(failOnInitError is set; set it to false to start without NVIDIA GPUs).",
                                                p->smi, p->last_message ?: "");
-                log_warning("NVIDIA initialization failed (%s), serving no NVIDIA GPUs until the next rescan "
+                log_warning("NVIDIA initialization failed (%s), no usable NVIDIA GPU until the next rescan "
                             "(failOnInitError is false).", p->last_message ?: "");
         }
         return 0;
@@ -679,7 +799,7 @@ static void on_health_run(NvidiaRun *run, int error, const NvidiaRunResult *res,
                 r = 0;
         }
         if (r < 0) {
-                char msg[NVIDIA_MESSAGE_MAX + 64];
+                char msg[NVIDIA_FAILURE_MAX];
 
                 describe_failure(run_error, r, res, perr, msg, sizeof(msg));
                 log_debug("NVIDIA health poll failed: %s", msg);
