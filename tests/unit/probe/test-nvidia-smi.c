@@ -1129,6 +1129,8 @@ START_TEST(test_mutations) {
                                 CHECK(nvidia_smi_parse_versions(copy, cut, &v, &err));
                                 CHECK(nvidia_smi_parse_q_mig_devices(copy, cut, &qm, &n, &err));
                                 qm = mfree(qm);
+                                CHECK(nvidia_smi_parse_summary_mig_devices(copy, cut, &qm, &n, &err));
+                                qm = mfree(qm);
                                 CHECK(nvidia_smi_parse_mig_profiles(copy, cut, &mp, &n, &err));
                                 mp = mfree(mp);
                                 CHECK(nvidia_smi_parse_compute_mode_reply(copy, cut, &cm, &err));
