@@ -2,7 +2,7 @@
 /*
  * test-nvidia-findings.c — the probe's NVIDIA inventory (daemons/probe/nvidia.c) against
  * the fake nvidia-smi replaying recorded outputs that once went wrong: a GPU lost before
- * it was ever read (error-GPU-lost-1.txt), MIG devices whose GPU and compute instances
+ * it was ever read (error-GPU-lost-1.txt; alone, or one of eight), MIG devices whose GPU and compute instances
  * only the plain table gives (summary-H200-MIG-1.txt, no -q), MIG devices nothing
  * places (no -q, no table; a mig-minors file without their nodes), and output kgpu
  * does not recognise (error-libnvidia-ml-1.txt).
@@ -164,6 +164,34 @@ START_TEST(test_lost_at_start_fail_on_init) {
         ck_assert_int_eq(w, -EIO);
         ck_assert_int_eq(nvidia_probe_last_error(m->nvidia, &msg), -EIO);
         ck_assert_ptr_nonnull(strstr(msg, "every NVIDIA GPU is lost"));
+}
+END_TEST
+
+START_TEST(test_one_lost_at_start) {
+        _cleanup_(manager_freep) Manager *m = NULL;
+        const char *msg = NULL;
+        Gpu *lost = NULL;
+        size_t healthy = 0;
+        int w;
+
+        /* GPU 3 of eight lost before the first read (the fake's lost line names its bus
+         * 00000000:5D:00.0): seven GPUs as usual, GPU 3 Unhealthy under its PCI id; no
+         * initialization failure, even with failOnInitError. */
+        setenv("KGPU_FAKE_NVIDIA_LOST", "3", 1);
+        m = start("8xh100-nvlink", true, 0, &w);
+        ck_assert_int_eq(w, 0);
+        ck_assert_int_eq(nvidia_probe_last_error(m->nvidia, &msg), 0);
+        ck_assert_uint_eq(m->n_gpus, 8);
+        for (size_t i = 0; i < m->n_gpus; i++) {
+                if (streq(m->gpus[i]->id, "nvidia-pci-0000:5d:00.0"))
+                        lost = m->gpus[i];
+                else if (streq(m->gpus[i]->health, "Healthy"))
+                        healthy++;
+        }
+        ck_assert_ptr_nonnull(lost);
+        ck_assert_str_eq(lost->health, "Unhealthy");
+        ck_assert_str_eq(lost->health_reason, "gpu-lost");
+        ck_assert_uint_eq(healthy, 7);
 }
 END_TEST
 
@@ -333,6 +361,7 @@ static Suite *suite(void) {
         tcase_add_checked_fixture(tc, setup, teardown);
         tcase_add_test(tc, test_lost_at_start);
         tcase_add_test(tc, test_lost_at_start_fail_on_init);
+        tcase_add_test(tc, test_one_lost_at_start);
         tcase_add_test(tc, test_mig_ids_from_summary);
         tcase_add_test(tc, test_mig_ids_unknown);
         tcase_add_test(tc, test_mig_caps_unknown);
