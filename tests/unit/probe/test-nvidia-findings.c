@@ -2,10 +2,10 @@
 /*
  * test-nvidia-findings.c — the probe's NVIDIA inventory (daemons/probe/nvidia.c) against
  * the fake nvidia-smi replaying recorded outputs that once went wrong: a GPU lost before
- * it was ever read (error-GPU-lost-1.txt; alone, or one of eight), MIG devices whose GPU and compute instances
- * only the plain table gives (summary-H200-MIG-1.txt, no -q), MIG devices nothing
- * places (no -q, no table; a mig-minors file without their nodes), and output kgpu
- * does not recognise (error-libnvidia-ml-1.txt).
+ * it was ever read (error-GPU-lost-1.txt; alone, or one of eight), MIG devices whose GPU
+ * and compute instances only the plain table gives (summary-H200-MIG-1.txt, no -q), MIG
+ * devices nothing places (no -q, no table; a mig-minors file without their nodes), and
+ * output kgpu does not recognise (error-libnvidia-ml-1.txt).
  */
 
 #include <check.h>
