@@ -567,6 +567,30 @@ static InventoryStep on_query(NvidiaProbe *p, const StepAnswer *a) {
         return STEP_LIST;
 }
 
+/* The text without the lines that name a GPU lost (nvidia-smi prints one in place of
+ * each lost GPU and goes on with the others); NULL on allocation failure. */
+static char *drop_lost_lines(const char *t, size_t len, size_t *ret_len) {
+        char *out = malloc(len + 1);
+        size_t o = 0;
+
+        if (!out)
+                return NULL;
+        for (const char *l = t; l < t + len; ) {
+                const char *e = memchr(l, '\n', (size_t) (t + len - l));
+                size_t n = e ? (size_t) (e - l) + 1 : (size_t) (t + len - l);
+                NvidiaSmiError err;
+
+                if (!(nvidia_smi_parse_error(l, n, &err) > 0 && err.kind == NVIDIA_SMI_ERROR_GPU_LOST)) {
+                        memcpy(out + o, l, n);
+                        o += n;
+                }
+                l += n;
+        }
+        out[o] = 0;
+        *ret_len = o;
+        return out;
+}
+
 static InventoryStep on_list(NvidiaProbe *p, const StepAnswer *a) {
         _cleanup_free_ char *perr = NULL;
         _cleanup_free_ NvidiaGpu *list_gpus = NULL;
@@ -576,6 +600,19 @@ static InventoryStep on_list(NvidiaProbe *p, const StepAnswer *a) {
 
         if (r >= 0)
                 r = nvidia_smi_parse_list(a->t, a->len, &list_gpus, &n_list_gpus, &p->migs, &p->n_migs, &perr);
+        if (r == -EIO && p->n_lost > 0) {
+                /* Some GPUs lost (the query said so): the others' lines still count. */
+                _cleanup_free_ char *kept = NULL;
+                size_t kept_len = 0;
+
+                kept = drop_lost_lines(a->t, a->len, &kept_len);
+                if (!kept) {
+                        log_oom();
+                        return STEP_Q;
+                }
+                perr = mfree(perr);
+                r = nvidia_smi_parse_list(kept, kept_len, &list_gpus, &n_list_gpus, &p->migs, &p->n_migs, &perr);
+        }
         if (r < 0) {
                 describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
                 log_warning("nvidia-smi -L failed, MIG devices stay as they were: %s", msg);

@@ -209,6 +209,30 @@ static void check_caps(const GpuMigDevice *d, uint32_t gi, uint32_t ci) {
         ck_assert_str_eq(d->device_nodes[1], b);
 }
 
+START_TEST(test_lost_beside_mig_at_start) {
+        _cleanup_(manager_freep) Manager *m = NULL;
+        Gpu *mig = NULL, *lost = NULL;
+        int w;
+
+        /* GPU 1 of h100-mig-and-h100 lost before the first read: nvidia-smi -L prints its
+         * lost line in place of its GPU line; GPU 0's MIG devices are still read. */
+        setenv("KGPU_FAKE_NVIDIA_LOST", "1", 1);
+        m = start("h100-mig-and-h100", true, 0, &w);
+        ck_assert_int_eq(w, 0);
+        ck_assert_uint_eq(m->n_gpus, 2);
+        for (size_t i = 0; i < m->n_gpus; i++)
+                if (streq(m->gpus[i]->id, "GPU-00000000-0000-0000-0000-000000000000"))
+                        mig = m->gpus[i];
+                else if (streq(m->gpus[i]->id, "nvidia-pci-0000:0a:00.0"))
+                        lost = m->gpus[i];
+        ck_assert_ptr_nonnull(mig);
+        ck_assert_ptr_nonnull(lost);
+        ck_assert_str_eq(lost->health, "Unhealthy");
+        ck_assert_uint_eq(mig->n_mig_devices, 4);
+        check_caps(&mig->mig_devices[3], 10, 0);
+}
+END_TEST
+
 START_TEST(test_mig_ids_from_summary) {
         _cleanup_(manager_freep) Manager *m = NULL;
         _cleanup_free_ char *text = NULL;
@@ -362,6 +386,7 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_lost_at_start);
         tcase_add_test(tc, test_lost_at_start_fail_on_init);
         tcase_add_test(tc, test_one_lost_at_start);
+        tcase_add_test(tc, test_lost_beside_mig_at_start);
         tcase_add_test(tc, test_mig_ids_from_summary);
         tcase_add_test(tc, test_mig_ids_unknown);
         tcase_add_test(tc, test_mig_caps_unknown);
