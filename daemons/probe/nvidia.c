@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemons/probe/manager.h"
+#include "daemons/probe/nvidia-failure.h"
 #include "daemons/probe/nvidia-runner.h"
 #include "daemons/probe/nvidia.h"
 #include "daemons/probe/probe-dbus.h"
@@ -30,11 +31,7 @@
 #define NVIDIA_POLL_TIMEOUT_MAX_USEC (10U * 1000U * 1000U)
 #define NVIDIA_POLL_TIMEOUT_MIN_USEC (1U * 1000U * 1000U)
 #define NVIDIA_WAITERS_MAX 64U
-/* A failure's description: the tool's words, or its output quoted (escaped, at most
- * NVIDIA_QUOTE_MAX bytes of it) with its exit status and the parser's complaint. */
-#define NVIDIA_QUOTE_MAX 200U
 #define NVIDIA_HEALTH_REASON_MAX 255U
-#define NVIDIA_FAILURE_MAX (NVIDIA_QUOTE_MAX * 4U + NVIDIA_MESSAGE_MAX + 128U)
 
 typedef enum InventoryStep {
         STEP_NONE,
@@ -434,88 +431,6 @@ static void nvidia_finish_inventory(NvidiaProbe *p, int error, const char *messa
         p->n_waiters = 0;
 }
 
-static const char *result_text(const NvidiaRunResult *res, size_t *ret_len) {
-        if (res->out_len > 0) {
-                *ret_len = res->out_len;
-                return res->out;
-        }
-        *ret_len = res->err_len;
-        return res->err ?: "";
-}
-
-/* One line describing a failed run: the runner's error, the tool's own error line, or
- * the parser's explanation. */
-static void describe_failure_raw(int run_error, int parse_r, const NvidiaRunResult *res, const char *parse_error,
-                                 char *buf, size_t size);
-
-/* The message ends up in HealthReason and in error replies: printable UTF-8 only. */
-static void describe_failure(int run_error, int parse_r, const NvidiaRunResult *res, const char *parse_error,
-                             char *buf, size_t size) {
-        describe_failure_raw(run_error, parse_r, res, parse_error, buf, size);
-        for (char *c = buf; *c; c++)
-                if ((unsigned char) *c < 0x20 || *c == 0x7f)
-                        *c = ' ';
-        nvidia_utf8_sanitize(buf);
-}
-
-/* The first NVIDIA_QUOTE_MAX bytes of a tool's output, printable: control characters,
- * DEL, '\\' and '"' escaped (\n, \t, \r, \xNN); bytes >= 0x80 are kept (the caller
- * makes the whole valid UTF-8). size: at least NVIDIA_QUOTE_MAX * 4 + 1. */
-static void quote_output(const char *t, size_t len, char *buf, size_t size) {
-        size_t o = 0;
-
-        for (size_t i = 0; i < len && i < NVIDIA_QUOTE_MAX && o + 5 < size; i++) {
-                unsigned char c = (unsigned char) t[i];
-
-                if (c == '\n' || c == '\t' || c == '\r' || c == '\\' || c == '"') {
-                        buf[o++] = '\\';
-                        buf[o++] = c == '\n' ? 'n' : c == '\t' ? 't' : c == '\r' ? 'r' : (char) c;
-                } else if (c < 0x20 || c == 0x7f)
-                        o += (size_t) snprintf(buf + o, size - o, "\\x%02x", c);
-                else
-                        buf[o++] = (char) c;
-        }
-        buf[o] = 0;
-}
-
-static void describe_failure_raw(int run_error, int parse_r, const NvidiaRunResult *res, const char *parse_error,
-                                 char *buf, size_t size) {
-        NvidiaSmiError e = {};
-        size_t len;
-        const char *t;
-
-        if (run_error == -ETIME || (res && res->timed_out)) {
-                (void) snprintf(buf, size, "timed out");
-                return;
-        }
-        if (run_error < 0 || !res) {
-                (void) snprintf(buf, size, "%s", strerror(-(run_error < 0 ? run_error : parse_r)));
-                return;
-        }
-        t = result_text(res, &len);
-        if (nvidia_smi_parse_error(t, len, &e) > 0 && !isempty(e.message)) {
-                (void) snprintf(buf, size, "%s", e.message);
-                return;
-        }
-        /* Output kgpu does not recognise: the tool's own words (bounded, escaped) and exit
-         * status first, the parser's complaint after them. */
-        if (len == 0)
-                (void) snprintf(buf, size, "exit status %d, no output", res->exit_status);
-        else {
-                char quoted[NVIDIA_QUOTE_MAX * 4U + 1];
-
-                quote_output(t, len, quoted, sizeof(quoted));
-                (void) snprintf(buf, size, "unrecognised output (exit status %d): \"%s\"%s", res->exit_status,
-                                quoted, len > NVIDIA_QUOTE_MAX ? "..." : "");
-        }
-        if (!isempty(parse_error) || parse_r < 0) {
-                size_t l = strlen(buf);
-
-                (void) snprintf(buf + l, size - l, "; parser: %s",
-                                !isempty(parse_error) ? parse_error : strerror(-parse_r));
-        }
-}
-
 static int inventory_start_step(NvidiaProbe *p, InventoryStep step);
 
 /* One inventory step's answer: its text (t, len) and the run's own failure (run_error:
@@ -555,7 +470,7 @@ static InventoryStep on_query(NvidiaProbe *p, const StepAnswer *a) {
                 return STEP_NONE;
         }
         if (r < 0) {
-                describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
+                nvidia_describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
                 nvidia_finish_inventory(p, r, msg);
                 return STEP_NONE;
         }
@@ -565,30 +480,6 @@ static InventoryStep on_query(NvidiaProbe *p, const StepAnswer *a) {
                 return STEP_NONE;
         }
         return STEP_LIST;
-}
-
-/* The text without the lines that name a GPU lost (nvidia-smi prints one in place of
- * each lost GPU and goes on with the others); NULL on allocation failure. */
-static char *drop_lost_lines(const char *t, size_t len, size_t *ret_len) {
-        char *out = malloc(len + 1);
-        size_t o = 0;
-
-        if (!out)
-                return NULL;
-        for (const char *l = t; l < t + len; ) {
-                const char *e = memchr(l, '\n', (size_t) (t + len - l));
-                size_t n = e ? (size_t) (e - l) + 1 : (size_t) (t + len - l);
-                NvidiaSmiError err;
-
-                if (!(nvidia_smi_parse_error(l, n, &err) > 0 && err.kind == NVIDIA_SMI_ERROR_GPU_LOST)) {
-                        memcpy(out + o, l, n);
-                        o += n;
-                }
-                l += n;
-        }
-        out[o] = 0;
-        *ret_len = o;
-        return out;
 }
 
 static InventoryStep on_list(NvidiaProbe *p, const StepAnswer *a) {
@@ -605,7 +496,7 @@ static InventoryStep on_list(NvidiaProbe *p, const StepAnswer *a) {
                 _cleanup_free_ char *kept = NULL;
                 size_t kept_len = 0;
 
-                kept = drop_lost_lines(a->t, a->len, &kept_len);
+                kept = nvidia_drop_lost_lines(a->t, a->len, &kept_len);
                 if (!kept) {
                         log_oom();
                         return STEP_Q;
@@ -614,7 +505,7 @@ static InventoryStep on_list(NvidiaProbe *p, const StepAnswer *a) {
                 r = nvidia_smi_parse_list(kept, kept_len, &list_gpus, &n_list_gpus, &p->migs, &p->n_migs, &perr);
         }
         if (r < 0) {
-                describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
+                nvidia_describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
                 log_warning("nvidia-smi -L failed, MIG devices stay as they were: %s", msg);
         } else
                 p->migs_known = true;
@@ -637,7 +528,7 @@ static InventoryStep on_q(NvidiaProbe *p, const StepAnswer *a) {
                 (void) nvidia_smi_parse_versions(a->t, a->len, &p->versions, &perr);
         }
         if (r < 0) {
-                describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
+                nvidia_describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
                 log_info("nvidia-smi -q failed, device minors taken from the indices: %s", msg);
         }
         return isempty(p->versions.cuda) ? STEP_SUMMARY : STEP_TOPO;
@@ -659,7 +550,7 @@ static InventoryStep on_summary(NvidiaProbe *p, const StepAnswer *a) {
         if (r >= 0)
                 r = nvidia_smi_parse_summary_mig_devices(a->t, a->len, &p->q_migs, &p->n_q_migs, &perr);
         if (r < 0) {
-                describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
+                nvidia_describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
                 log_warning("nvidia-smi failed, the MIG devices' GPU and compute instances are unknown: %s", msg);
         }
         return STEP_TOPO;
@@ -674,7 +565,7 @@ static InventoryStep on_topo(NvidiaProbe *p, const StepAnswer *a) {
         if (r >= 0)
                 r = nvidia_smi_parse_topology(a->t, a->len, &topo, &perr);
         if (r < 0) {
-                describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
+                nvidia_describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
                 log_warning("nvidia-smi topo -m failed, links and NUMA nodes unknown: %s", msg);
                 p->topology = mfree(p->topology);
         } else {
@@ -693,7 +584,7 @@ static void on_inventory_run(NvidiaRun *run, int error, const NvidiaRunResult *r
         int r;
 
         if (res)
-                a.t = result_text(res, &a.len);
+                a.t = nvidia_result_text(res, &a.len);
         if (a.run_error >= 0 && res && (res->timed_out || res->truncated))
                 a.run_error = res->timed_out ? -ETIME : -EMSGSIZE;
 
@@ -824,7 +715,7 @@ static void on_health_run(NvidiaRun *run, int error, const NvidiaRunResult *res,
 
         p->n_polls++;
         if (res)
-                t = result_text(res, &len);
+                t = nvidia_result_text(res, &len);
         if (run_error >= 0 && res && (res->timed_out || res->truncated))
                 run_error = res->timed_out ? -ETIME : -EMSGSIZE;
         r = run_error;
@@ -838,7 +729,7 @@ static void on_health_run(NvidiaRun *run, int error, const NvidiaRunResult *res,
         if (r < 0) {
                 char msg[NVIDIA_FAILURE_MAX];
 
-                describe_failure(run_error, r, res, perr, msg, sizeof(msg));
+                nvidia_describe_failure(run_error, r, res, perr, msg, sizeof(msg));
                 log_debug("NVIDIA health poll failed: %s", msg);
                 nvidia_fail_all(p, msg);
         } else
