@@ -50,11 +50,23 @@ DEFINE_CLEANUP_FUNC(NvidiaProbe, nvidia_probe_free);
 
 /* Before a configuration is taken (start, reload): with nvidia.enabled, the tools the
  * probe would run as root (nvidia.smiPath / nvidia.mpsControlPath, else the first found
- * under flags.nvidiaDriverRoot) and the driver root (whenever set, used or not) must be
+ * under flags.nvidiaDriverRoot) and the driver and device roots (whenever set, used or not) must be
  * trusted (nvidia_path_check_trusted()). -EPERM and *ret_error (caller frees) naming the key and
  * the path ("nvidia.smiPath: refusing to run nvidia-smi as root: /opt/x/nvidia-smi is
  * owned by uid 1000, not root"); a tool not found is no error here. */
 int nvidia_tools_check(const Config *c, char **ret_error);
+
+/* The environment a tool found under the driver root runs with (*ret, a strv, caller
+ * frees): the probe's own with LD_LIBRARY_PATH replaced by the root's library directories
+ * (nvidia_driver_library_path()), so the driver container's nvidia-smi loads the driver
+ * container's libnvidia-ml. *ret NULL (the probe's environment) for the root "/", for a
+ * tool outside the root (a configured path) and when the root's ld cache names none. */
+int nvidia_tool_env(const char *driver_root, const char *tool, char ***ret);
+
+/* flags.nvidiaDriverRoot ("/" when unset) and flags.nvidiaDevRoot (the driver root when
+ * unset), as last configured. */
+const char *nvidia_probe_driver_root(const NvidiaProbe *p);
+const char *nvidia_probe_dev_root(const NvidiaProbe *p);
 
 /* Takes nvidia.enabled, the driver root, nvidia.smiPath, failOnInitError and the health
  * settings; finds nvidia-smi (nvidia_tool_find) and (re)arms the health timer. */
