@@ -112,6 +112,7 @@ def podman_base(work, cdi_dir):
 def podman_image(work, cdi_dir):
     """Imports a busybox-static image from a local tar; returns its name or raises."""
     busybox = shutil.which('busybox') or '/bin/busybox'
+    os.makedirs(work, exist_ok=True)
     tar = os.path.join(work, 'busybox.tar')
     with tarfile.open(tar, 'w') as t:
         t.add(busybox, arcname='bin/busybox')
@@ -173,6 +174,7 @@ def check_inside(out):
 # --- the reference CDI library -----------------------------------------------------------
 
 def build_validator(work):
+    os.makedirs(work, exist_ok=True)
     src = os.path.join(harness.SOURCE_ROOT, 'tests', 'cdi-validate', 'main.go')
     out = os.path.join(work, 'cdi-validate')
     # The Go build cache lives in the build tree: the library compiles once, not per run.
