@@ -10,7 +10,8 @@ export DEBIAN_FRONTEND=noninteractive
 # line); python3-dbus: dbus-python (integ-hostile-dbus, integ-nvidia-mps-probe);
 # python3-gi: GLib's main loop for dbus-python services (integ-gate's fake broker);
 # libglib2.0-bin: gdbus (integ-broker-errors); xz-utils: the .rpm's source tarball;
-# podman, crun, busybox-static: a real CDI consumer (integ-cdi-consumer), with golang-go
+# podman, crun, runc, busybox-static: a real CDI consumer (integ-cdi-consumer; runc where
+# crun refuses hybrid cgroups), with golang-go
 # and the CDI library's -dev package as its fallback where podman cannot run.
 pkgs="
 build-essential meson ninja-build gcc clang pkg-config git xz-utils
@@ -21,7 +22,7 @@ dbus util-linux sqlite3 libxml2-utils procps psmisc
 python3 python3-grpcio python3-grpc-tools python3-protobuf python3-hpack python3-dbus python3-gi
 libclang-rt-14-dev valgrind
 debootstrap systemd-container debhelper dpkg-dev lintian rpm rpmlint acl man-db piuparts
-podman crun busybox-static golang-go golang-github-container-orchestrated-devices-container-device-interface-dev
+podman crun runc busybox-static golang-go golang-github-container-orchestrated-devices-container-device-interface-dev
 "
 if [ -z "${KGPU_SKIP_APT_UPDATE:-}" ]; then
         apt-get update -q

@@ -7,7 +7,8 @@
 # (tests/data/ldcache/), an nvidia-smi script, GSP firmware — and device nodes made with
 # mknod (char 1:3, /dev/null's numbers) under the device root; then a container is given
 # the NVIDIA GPU and an Intel GPU by their CDI names:
-# - podman (crun, a busybox-static image imported from a local tar, --cdi-spec-dir):
+# - podman (crun, else runc, a busybox-static image imported from a local tar, the spec directory
+#   given with --cdi-spec-dir, or bound over /run/cdi in a private mount namespace):
 #   inside, the device nodes, the driver libraries with their .so.1 links (made by
 #   kgpu-cdi-hook), libcuda.so, nvidia-smi (run), the firmware, the ld.so.conf.d file and
 #   NVIDIA_VISIBLE_DEVICES=void;
@@ -28,6 +29,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
+import zlib
 
 import harness
 from harness import check
@@ -43,6 +45,7 @@ CACHE = os.path.join(harness.SOURCE_ROOT, 'tests', 'data', 'ldcache', 'ld.so.cac
 INTEL_KIND = 'gpu.intel.com/gpu'
 NV_KIND = 'nvidia.com/gpu'
 INTEL_NODES = ['/dev/dri/card0', '/dev/dri/renderD128']
+RUNROOTS = set()
 
 
 def write(path, text, mode=0o644):
@@ -103,10 +106,25 @@ def wait_spec(node, what):
 
 # --- podman ----------------------------------------------------------------------------
 
-def podman_base(work, cdi_dir):
-    return ['podman', '--root', os.path.join(work, 'storage'), '--runroot', os.path.join(work, 'runroot'),
+def podman_has_cdi_spec_dir():
+    r = subprocess.run(['podman', '--help'], capture_output=True, text=True, timeout=60)
+    return '--cdi-spec-dir' in r.stdout
+
+
+def podman_base(work, cdi_dir, runtime='crun'):
+    """podman with private storage. A podman without --cdi-spec-dir (Debian bookworm's
+    4.3) reads only /etc/cdi and /var/run/cdi: it runs in a mount namespace of its own
+    where the node's spec directory is bound over /run/cdi, so the host's is untouched."""
+    # podman takes a runroot of at most 50 characters: a short one beside the work folder.
+    runroot = '/tmp/kgpu-pm-%08x' % (zlib.crc32(work.encode()))
+    RUNROOTS.add(runroot)
+    argv = ['podman', '--root', os.path.join(work, 'storage'), '--runroot', runroot,
             '--storage-driver', 'vfs', '--cgroup-manager', 'cgroupfs', '--events-backend', 'file',
-            '--runtime', 'crun', '--cdi-spec-dir', cdi_dir]
+            '--runtime', runtime]
+    if podman_has_cdi_spec_dir():
+        return argv + ['--cdi-spec-dir', cdi_dir]
+    return ['unshare', '--mount', '--propagation', 'private', 'sh', '-c',
+            'mkdir -p /run/cdi && mount --bind "$0" /run/cdi && exec "$@"', cdi_dir] + argv
 
 
 def podman_image(work, cdi_dir):
@@ -142,11 +160,14 @@ echo "env NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES"
 '''
 
 
-def run_podman(work, cdi_dir, devices):
+def run_podman(work, cdi_dir, devices, runtime):
     image = podman_image(work, cdi_dir)
     script = INSIDE % {'nodes': ' '.join(NV_NODES + INTEL_NODES), 'libs': ' '.join(NV_LIBS),
                        'libdir': LIBDIR, 'version': VERSION}
-    argv = podman_base(work, cdi_dir) + ['run', '--rm', '--pull', 'never', '--network', 'none']
+    # Low limits: a sandbox (systemd-nspawn, a container) may forbid raising them, which
+    # podman does by default as root, and even setting them to the hard limits it has.
+    argv = podman_base(work, cdi_dir, runtime) + ['run', '--rm', '--pull', 'never', '--network', 'none',
+                                                  '--ulimit', 'nofile=1024:1024', '--ulimit', 'nproc=1024:1024']
     for d in devices:
         argv += ['--device', d]
     argv += [image, '/bin/sh', '-c', script]
@@ -253,15 +274,19 @@ def one_layout(label, driver_root, dev_root, config, work):
         intel_name = [d['name'] for d in intel['devices']
                       if INTEL_NODES[0] in [n['path'] for n in d['containerEdits']['deviceNodes']]][0]
         devices = ['%s=0' % NV_KIND, '%s=%s' % (INTEL_KIND, intel_name)]
-        if shutil.which('podman') and shutil.which('crun'):
+        # crun first (crun 1.8 refuses a host with hybrid cgroups), then runc.
+        runtimes = [r for r in ('crun', 'runc') if shutil.which(r)]
+        if not shutil.which('podman') or not runtimes:
+            errors.append('podman: podman, crun or runc not installed')
+        for runtime in runtimes if shutil.which('podman') else []:
             try:
-                out = run_podman(os.path.join(work, 'podman-' + label), node.cdi_dir, devices)
+                out = run_podman(os.path.join(work, 'podman-%s-%s' % (label, runtime)), node.cdi_dir, devices,
+                                 runtime)
                 check_inside(out)
-                consumer = 'podman'
+                consumer = 'podman with %s' % runtime
+                break
             except (RuntimeError, subprocess.TimeoutExpired) as e:
-                errors.append('podman: %s' % e)
-        else:
-            errors.append('podman: podman or crun not installed')
+                errors.append('podman with %s: %s' % (runtime, e))
         if consumer is None:
             if shutil.which('go'):
                 try:
@@ -315,6 +340,8 @@ def main():
         for n in made:
             os.unlink(n)
         subprocess.run(['rm', '-rf', work])
+        for r in RUNROOTS:
+            subprocess.run(['rm', '-rf', r])
     print('PASS %s (CDI consumers: %s, %s)' % (name, c1, c2))
     return 0
 
