@@ -20,6 +20,7 @@
 # Twice: driver and device nodes under one root (flags.nvidiaDriverRoot, nvidiaDevRoot
 # left to default to it), then driver root and device root apart (flags.nvidiaDevRoot).
 # The output says which consumer ran; neither running is a failure, not a skip.
+# KGPU_TEST_CDI_CONSUMER=reference skips podman (to check the fallback where podman runs).
 
 import json
 import os
@@ -278,6 +279,9 @@ def one_layout(label, driver_root, dev_root, config, work):
         runtimes = [r for r in ('crun', 'runc') if shutil.which(r)]
         if not shutil.which('podman') or not runtimes:
             errors.append('podman: podman, crun or runc not installed')
+        if os.environ.get('KGPU_TEST_CDI_CONSUMER') == 'reference':
+            runtimes = []               # the fallback alone, to check it where podman runs
+            errors.append('podman: not tried (KGPU_TEST_CDI_CONSUMER=reference)')
         for runtime in runtimes if shutil.which('podman') else []:
             try:
                 out = run_podman(os.path.join(work, 'podman-%s-%s' % (label, runtime)), node.cdi_dir, devices,
