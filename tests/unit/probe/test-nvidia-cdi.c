@@ -24,6 +24,7 @@
 #include "daemons/probe/gpu.h"
 #include "daemons/probe/ldcache.h"
 #include "daemons/probe/nvidia-driver-files.h"
+#include "daemons/probe/nvidia.h"
 #include "tests/unit/test-main.h"
 
 #define VERSION "550.54.15"
@@ -477,6 +478,49 @@ START_TEST(test_spec_text) {
 }
 END_TEST
 
+/* nvidia-smi of a driver root runs with that root's libraries: LD_LIBRARY_PATH is the
+ * root's library directories of the host's ABI (not the 32-bit one), the probe's own
+ * LD_LIBRARY_PATH replaced; a tool outside the root, or the root "/", runs as it is. */
+START_TEST(test_tool_env) {
+        _cleanup_strv_free_ char **env = NULL;
+        _cleanup_free_ char *path = NULL, *want = NULL, *tool = NULL, *other = NULL;
+        size_t n_ld = 0;
+
+        make_root();
+        ck_assert_int_eq(nvidia_driver_library_path(root, &path), 0);
+        ck_assert_int_ge(asprintf(&want, "%s" LIBDIR, root), 0);
+        ck_assert_str_eq(path, want);
+        ck_assert_int_eq(nvidia_driver_library_path("/", &other), 0);
+        ck_assert_ptr_null(other);
+
+        setenv("LD_LIBRARY_PATH", "/host/lib", 1);
+        setenv("KGPU_TEST_MARK", "kept", 1);
+        ck_assert_int_ge(asprintf(&tool, "%s/usr/bin/nvidia-smi", root), 0);
+        ck_assert_int_eq(nvidia_tool_env(root, tool, &env), 0);
+        ck_assert_ptr_nonnull(env);
+        free(want);
+        ck_assert_int_ge(asprintf(&want, "LD_LIBRARY_PATH=%s" LIBDIR, root), 0);
+        for (char **e = env; *e; e++)
+                if (startswith(*e, "LD_LIBRARY_PATH=")) {
+                        ck_assert_str_eq(*e, want);
+                        n_ld++;
+                }
+        ck_assert_uint_eq(n_ld, 1);
+        ck_assert(strv_contains(env, "KGPU_TEST_MARK=kept"));
+        env = strv_free(env);
+        ck_assert_int_eq(nvidia_tool_env(root, "/opt/fake/nvidia-smi", &env), 0);
+        ck_assert_ptr_null(env);
+        ck_assert_int_eq(nvidia_tool_env("/", "/usr/bin/nvidia-smi", &env), 0);
+        ck_assert_ptr_null(env);
+        /* A root whose name is a prefix of the tool's directory is not its root. */
+        free(tool);
+        ck_assert_int_ge(asprintf(&tool, "%sx/usr/bin/nvidia-smi", root), 0);
+        ck_assert_int_eq(nvidia_tool_env(root, tool, &env), 0);
+        ck_assert_ptr_null(env);
+        remove_root();
+}
+END_TEST
+
 static Suite *suite(void) {
         Suite *s = suite_create("nvidia-cdi");
         TCase *tc = tcase_create("core");
@@ -488,6 +532,7 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_driver_files);
         tcase_add_test(tc, test_driver_version_change);
         tcase_add_test(tc, test_spec_text);
+        tcase_add_test(tc, test_tool_env);
         suite_add_tcase(s, tc);
         return s;
 }
