@@ -376,3 +376,32 @@ int nvidia_driver_library_path(const char *driver_root, char **ret) {
         *ret = strv_join(dirs, ":");
         return *ret ? 0 : -ENOMEM;
 }
+
+int nvidia_tool_env(const char *driver_root, const char *tool, char ***ret) {
+        _cleanup_strv_free_ char **env = NULL;
+        _cleanup_free_ char *path = NULL, *var = NULL;
+        const char *rest;
+        int r;
+
+        *ret = NULL;
+        if (isempty(driver_root) || streq(driver_root, "/") || !tool)
+                return 0;
+        rest = startswith(tool, driver_root);
+        if (!rest || rest[0] != '/')
+                return 0;               /* a tool configured elsewhere runs as it is */
+        r = nvidia_driver_library_path(driver_root, &path);
+        if (r < 0)
+                return r;
+        if (!path)
+                return -ENOENT;
+        for (char **e = environ; e && *e; e++)
+                if (!startswith(*e, "LD_LIBRARY_PATH=") && (r = strv_extend(&env, *e)) < 0)
+                        return r;
+        if (asprintf(&var, "LD_LIBRARY_PATH=%s", path) < 0)
+                return -ENOMEM;
+        r = strv_consume(&env, TAKE_PTR(var));
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(env);
+        return 0;
+}

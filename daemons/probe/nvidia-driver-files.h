@@ -69,3 +69,11 @@ int nvidia_driver_files_find(const char *driver_root, const char *version, Nvidi
  * NULL for the root "/" and for a root without libraries in its cache; -ENOENT without
  * a cache. */
 int nvidia_driver_library_path(const char *driver_root, char **ret);
+
+/* The environment a tool found under the driver root runs with (*ret, a strv, caller
+ * frees): the probe's own with LD_LIBRARY_PATH replaced by nvidia_driver_library_path(),
+ * so the driver container's nvidia-smi loads the driver container's libnvidia-ml. *ret
+ * NULL (the probe's environment) for the root "/" and for a tool outside the root (a
+ * configured path). -ENOENT (no ld cache) or another error when the root's libraries
+ * cannot be named (*ret NULL: the caller says so and runs the tool as it is). */
+int nvidia_tool_env(const char *driver_root, const char *tool, char ***ret);

@@ -813,43 +813,6 @@ int nvidia_tools_check(const Config *c, char **ret_error) {
         return 0;
 }
 
-static char *strjoin_ld(const char *path) {
-        char *s;
-
-        return asprintf(&s, "LD_LIBRARY_PATH=%s", path) < 0 ? NULL : s;
-}
-
-int nvidia_tool_env(const char *driver_root, const char *tool, char ***ret) {
-        _cleanup_strv_free_ char **env = NULL;
-        _cleanup_free_ char *path = NULL;
-        const char *rest;
-        int r;
-
-        *ret = NULL;
-        if (isempty(driver_root) || streq(driver_root, "/") || !tool)
-                return 0;
-        rest = startswith(tool, driver_root);
-        if (!rest || rest[0] != '/')
-                return 0;               /* a tool configured elsewhere runs as it is */
-        r = nvidia_driver_library_path(driver_root, &path);
-        if (r == -ENOMEM)
-                return r;
-        if (r < 0 || !path) {
-                log_notice("No libraries in the ld cache of the driver root %s: %s runs with the host's.",
-                           driver_root, tool);
-                return 0;
-        }
-        for (char **e = environ; e && *e; e++)
-                if (!startswith(*e, "LD_LIBRARY_PATH=") && (r = strv_extend(&env, *e)) < 0)
-                        return r;
-        r = strv_consume(&env, strjoin_ld(path));
-        if (r < 0)
-                return r;
-        log_debug("%s runs with LD_LIBRARY_PATH=%s.", tool, path);
-        *ret = TAKE_PTR(env);
-        return 0;
-}
-
 const char *nvidia_probe_driver_root(const NvidiaProbe *p) {
         return p && !isempty(p->driver_root) ? p->driver_root : "/";
 }
@@ -897,6 +860,11 @@ int nvidia_probe_configure(NvidiaProbe *p, const Config *c) {
                 r = nvidia_tool_env(p->driver_root, p->smi, &p->smi_env);
                 if (r == -ENOMEM)
                         return r;
+                if (r < 0)
+                        log_notice_errno(r, "No library directories in the ld cache of the driver root %s, "
+                                         "%s runs with the host's libraries: %m", p->driver_root, p->smi);
+                else if (p->smi_env)
+                        log_debug("%s runs with the libraries of the driver root %s.", p->smi, p->driver_root);
         }
         if (!enabled && nvidia_probe_busy(p))
                 /* Switched off while reading: that read is void. */

@@ -56,13 +56,6 @@ DEFINE_CLEANUP_FUNC(NvidiaProbe, nvidia_probe_free);
  * owned by uid 1000, not root"); a tool not found is no error here. */
 int nvidia_tools_check(const Config *c, char **ret_error);
 
-/* The environment a tool found under the driver root runs with (*ret, a strv, caller
- * frees): the probe's own with LD_LIBRARY_PATH replaced by the root's library directories
- * (nvidia_driver_library_path()), so the driver container's nvidia-smi loads the driver
- * container's libnvidia-ml. *ret NULL (the probe's environment) for the root "/", for a
- * tool outside the root (a configured path) and when the root's ld cache names none. */
-int nvidia_tool_env(const char *driver_root, const char *tool, char ***ret);
-
 /* flags.nvidiaDriverRoot ("/" when unset) and flags.nvidiaDevRoot (the driver root when
  * unset), as last configured. */
 const char *nvidia_probe_driver_root(const NvidiaProbe *p);
