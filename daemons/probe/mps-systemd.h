@@ -16,7 +16,8 @@
  * before each start (mps_systemd_write_environment()): CUDA_VISIBLE_DEVICES (the UUID),
  * CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY and KGPU_NVIDIA_MPS_CONTROL (the tool,
  * configurable, so ExecStart= runs it through /bin/sh: systemd does not take a variable
- * as the program to run). Values are validated, not quoted: each may only hold
+ * as the program to run), and LD_LIBRARY_PATH for a tool of a driver root (its
+ * libraries, nvidia-driver-files.h). Values are validated, not quoted: each may only hold
  * characters that need no quoting in an EnvironmentFile or a shell word. The instance
  * is the GPU UUID itself ("GPU-" and hex digits and dashes, all valid in a unit name, so
  * no escaping is needed); the template uses %i, never %I, which would turn '-' into '/'.

@@ -83,6 +83,9 @@ def intel_host_nodes():
     """The Intel testbed's nodes, made on the host where it has none (a CI machine has
     no GPU); returns those made, to remove afterwards."""
     made = []
+    if not os.path.isdir('/dev/dri'):
+        os.mkdir('/dev/dri', 0o755)
+        made.append('/dev/dri')
     for n in INTEL_NODES:
         if not os.path.exists(n):
             mknod(n)
@@ -341,8 +344,8 @@ def main():
         print('FAIL %s' % name)
         return 1
     finally:
-        for n in made:
-            os.unlink(n)
+        for n in reversed(made):
+            (os.rmdir if os.path.isdir(n) else os.unlink)(n)
         subprocess.run(['rm', '-rf', work])
         for r in RUNROOTS:
             subprocess.run(['rm', '-rf', r])
