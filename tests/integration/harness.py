@@ -18,7 +18,10 @@
 # KGPU_TEST_VERBOSE=1 (echo the kubelet simulator's events),
 # KGPU_VALGRIND=1 (run each daemon under valgrind's memcheck, with a normal, non-ASan
 # build: any error or definite leak makes the daemon exit 99 and the test fail; the
-# reports are in logs/valgrind-<daemon>.<pid>.log).
+# reports are in logs/valgrind-<daemon>.<pid>.log),
+# KGPU_CALLGRIND_DIR=DIR (run each daemon under valgrind's callgrind, writing
+# DIR/callgrind.<daemon>.<pid> at exit: the instruction counts of
+# bench/kgpu-bench-instructions.py).
 #
 # NVIDIA: Node(nvidia_scenario='h100-mig') points the probe at the fake tools of
 # tests/fake-nvidia (KGPU_NVIDIA_SMI, KGPU_NVIDIA_MPS_CONTROL) replaying
@@ -101,6 +104,7 @@ def mig_cap_minor(gpu, gi, ci=None):
 
 
 VALGRIND = os.environ.get('KGPU_VALGRIND') == '1'
+CALLGRIND_DIR = os.environ.get('KGPU_CALLGRIND_DIR')
 
 
 def valgrind_argv(log_dir, name):
@@ -198,6 +202,9 @@ class Daemon:
         argv = self.argv
         if VALGRIND and self.valgrind:
             argv = valgrind_argv(os.path.dirname(self.log_path), self.name) + argv
+        elif CALLGRIND_DIR and self.valgrind:
+            argv = ['valgrind', '--tool=callgrind', '--quiet', '--vgdb=no',
+                    '--callgrind-out-file=%s/callgrind.%s.%%p' % (CALLGRIND_DIR, self.name)] + argv
         self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      close_fds=True)
@@ -267,8 +274,8 @@ class Daemon:
     def stop(self, timeout=5, sig=signal.SIGTERM):
         """Stops this instance; returns its exit code (negative: killed by signal)."""
         rc = None
-        if VALGRIND and self.valgrind:
-            timeout *= 6  # memcheck's leak check at exit
+        if (VALGRIND or CALLGRIND_DIR) and self.valgrind:
+            timeout *= 6  # memcheck's leak check, callgrind's dump at exit
         if self.proc is not None:
             if self.proc.poll() is None:
                 os.kill(self.proc.pid, sig)
