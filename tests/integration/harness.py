@@ -309,9 +309,10 @@ class Node:
 
     def __init__(self, build_root=None, layout='two-gpus', broker=True, grpcd=True, kubelet=True,
                  verbose=None, extra_env=None, config_extra='', broker_args=(), resources=None,
-                 bus_policy='', nvidia_scenario=None, nvidia_lost=None, fake_broker=None):
-        # config_extra: YAML appended to kgpu.yaml; broker_args: extra kgpu-brokerd
-        # arguments; resources: the resource names start() waits for (default: the
+                 bus_policy='', nvidia_scenario=None, nvidia_lost=None, fake_broker=None,
+                 probe_args=(), grpcd_args=()):
+        # config_extra: YAML appended to kgpu.yaml; broker_args, probe_args, grpcd_args:
+        # extra kgpu-brokerd, kgpu-probed, kgpu-grpcd arguments; resources: the resource names start() waits for (default: the
         # two of layout "two-gpus", plus nvidia.com/gpu with nvidia_scenario);
         # nvidia_scenario: fake NVIDIA tools replaying that scenario (see the top);
         # nvidia_lost: GPU indices lost from the start; fake_broker: control state of a
@@ -330,6 +331,8 @@ class Node:
         self.bus_policy = bus_policy  # XML appended to the bus config (tests of in-daemon checks)
         self.config_extra = config_extra
         self.broker_args = list(broker_args)
+        self.probe_args = list(probe_args)
+        self.grpcd_args = list(grpcd_args)
         self.nvidia_scenario = nvidia_scenario
         self.nvidia_lost = nvidia_lost
         if resources is not None:
@@ -592,7 +595,7 @@ class Node:
             'KGPU_LABELS_FEATURE_FILE': self.feature_file,
             'KGPU_CDI_SPEC_DIRECTORY': self.cdi_dir,
         }))
-        d = Daemon(self, 'probe', [self.bin('daemons', 'probe', 'kgpu-probed')], env).start()
+        d = Daemon(self, 'probe', [self.bin('daemons', 'probe', 'kgpu-probed')] + self.probe_args, env).start()
         self.daemons['probe'] = d
         return d
 
@@ -608,7 +611,7 @@ class Node:
 
     def start_grpcd(self):
         env = self._env({'KGPU_RUNTIME_DIRECTORY': os.path.join(self.tmp, 'run', 'grpc')})
-        d = Daemon(self, 'grpc', [self.bin('daemons', 'grpc', 'kgpu-grpcd')], env).start()
+        d = Daemon(self, 'grpc', [self.bin('daemons', 'grpc', 'kgpu-grpcd')] + self.grpcd_args, env).start()
         self.daemons['grpc'] = d
         return d
 
