@@ -42,6 +42,7 @@ typedef enum OptionType {
         OPTION_EMPTY_ONLY,      /* a list kgpu does not implement: only an empty list is accepted */
         OPTION_SHARED_RESOURCES, /* sharing.*.resources: a list of mappings into the ConfigSharing at offset */
         OPTION_RESOURCE_PATTERNS, /* resources.gpus/mig: {pattern, name} mappings; only the default names */
+        OPTION_PCI_IDS,         /* strv of PCI device ids "0x56c0": YAML sequence or comma separated (config-intel.c) */
 } OptionType;
 
 typedef struct ConfigOption {
@@ -67,6 +68,7 @@ extern const char * const config_replica_policy_names[];
 extern const char * const config_device_list_strategy_names[];
 extern const char * const config_mps_launcher_names[];
 extern const char * const config_device_discovery_strategy_names[];
+extern const char * const config_intel_monitoring_mode_names[];
 
 /* config-value.c */
 bool config_is_printable(const char *s);
@@ -74,6 +76,16 @@ bool config_names_contain(const char * const *names, const char *s);
 int config_device_list_strategy_from_string(const char *s, uint32_t *ret);
 /* Sets one option from text. On failure returns -EINVAL and a message in *ret_why. */
 int config_option_set(Config *c, const ConfigOption *o, const char *value, const char **ret_why);
+
+/* config-intel.c */
+/* "0x" and four lowercase hex digits, the Intel plugin's form of a PCI device id. */
+bool config_pci_id_valid(const char *s);
+/* One item of an id list (item[0..len)), spaces around it dropped, into *ret (new). */
+int config_pci_id_item(const char *item, size_t len, char **ret, const char **ret_why);
+/* The OPTION_PCI_IDS setter. */
+int config_set_pci_ids(void *p, const ConfigOption *o, const char *value, const char **ret_why);
+/* Rules between Intel options, once every source is applied: -EINVAL and *ret_error (new). */
+int config_intel_check(const Config *c, char **ret_error);
 
 /* config.c */
 typedef struct ParseContext {

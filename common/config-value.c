@@ -256,6 +256,7 @@ static int set_enum(void *p, const ConfigOption *o, const char *value, const cha
                 *ret_why = o->names == config_mig_strategy_names ? "expected none, single or mixed" :
                            o->names == config_device_id_strategy_names ? "expected uuid or index" :
                            o->names == config_mps_launcher_names ? "expected auto, systemd or direct" :
+                           o->names == config_intel_monitoring_mode_names ? "expected single or split" :
                            "expected distributed or packed";
                 return -EINVAL;
         }
@@ -356,6 +357,7 @@ static const OptionSetter setters[] = {
         [OPTION_EMPTY_ONLY] = set_empty_only,
         [OPTION_SHARED_RESOURCES] = set_file_only,
         [OPTION_RESOURCE_PATTERNS] = set_file_only,
+        [OPTION_PCI_IDS] = config_set_pci_ids,
 };
 
 int config_option_set(Config *c, const ConfigOption *o, const char *value, const char **ret_why) {

@@ -68,13 +68,16 @@ static const ConfigOption options[] = {
           OFF(intel_shared_dev_num), "1", 1, 1024, "containers that may share one Intel GPU" },
         { "intel.allocationPolicy", { "ALLOCATION_POLICY" }, "allocation-policy", OPTION_ALLOCATION_POLICY,
           OFF(intel_allocation_policy), "none", 0, 0, "none, balanced or packed" },
-        { "intel.allowIDs", { NULL }, "allow-ids", OPTION_STRV, OFF(intel_allow_ids), NULL, 0, 0,
-          "PCI device ids to serve (comma separated; empty: all)" },
-        { "intel.denyIDs", { NULL }, "deny-ids", OPTION_STRV, OFF(intel_deny_ids), NULL, 0, 0,
-          "PCI device ids never to serve" },
+        { "intel.allowIDs", { NULL }, "allow-ids", OPTION_PCI_IDS, OFF(intel_allow_ids), NULL, 0, 0,
+          "PCI device ids to serve, like 0x56c0 (comma separated; empty: all; not with deny-ids)" },
+        { "intel.denyIDs", { NULL }, "deny-ids", OPTION_PCI_IDS, OFF(intel_deny_ids), NULL, 0, 0,
+          "PCI device ids never to serve, like 0x56c0 (comma separated; not with allow-ids)" },
         { "intel.enableMonitoring", { NULL }, "enable-monitoring", OPTION_BOOL,
           OFF(intel_enable_monitoring), "false", 0, 0,
-          "advertise <driver>_monitoring: one device granting every Intel GPU" },
+          "advertise the monitoring resource(s) granting every Intel GPU (see monitoring-mode)" },
+        { "intel.monitoringMode", { NULL }, "monitoring-mode", OPTION_ENUM, OFF(intel_monitoring_mode), "single", 0, 0,
+          "monitoring resources: single (gpu.intel.com/monitoring) or split (i915_monitoring, xe_monitoring)",
+          config_intel_monitoring_mode_names },
         { "intel.resourceManager", { NULL }, "resource-manager", OPTION_BOOL, OFF(intel_resource_manager),
           "false", 0, 0, "Intel fractional resource manager (accepted for compatibility, not supported)" },
         { "intel.healthManagement", { NULL }, "health-management", OPTION_BOOL, OFF(intel_health_management),
@@ -214,6 +217,7 @@ Config *config_free(Config *c) {
                         free(*(char **) p);
                         break;
                 case OPTION_STRV:
+                case OPTION_PCI_IDS:
                         strv_free(*(char ***) p);
                         break;
                 case OPTION_SHARED_RESOURCES: {
@@ -316,7 +320,7 @@ static int parse_list(ParseContext *ctx, const ConfigOption *o, const char *key,
         uint32_t set = 0;
 
         if (o->type != OPTION_STRV && o->type != OPTION_DEVICE_LIST_STRATEGY &&
-            o->type != OPTION_IGNORED && o->type != OPTION_EMPTY_ONLY)
+            o->type != OPTION_IGNORED && o->type != OPTION_EMPTY_ONLY && o->type != OPTION_PCI_IDS)
                 return config_parse_error(ctx, node, key, "expected a single value, got a list");
         for (yaml_node_item_t *i = node->data.sequence.items.start; i < node->data.sequence.items.top; i++) {
                 yaml_node_t *n = yaml_document_get_node(ctx->doc, *i);
@@ -336,6 +340,19 @@ static int parse_list(ParseContext *ctx, const ConfigOption *o, const char *key,
                 }
                 if (o->type == OPTION_IGNORED && o->names && !config_names_contain(o->names, (char *) n->data.scalar.value))
                         return config_parse_error(ctx, n, key, "not supported by kgpu, got '%s'", (char *) n->data.scalar.value);
+                if (o->type == OPTION_PCI_IDS) {
+                        const char *why = NULL;
+                        char *id = NULL;
+                        int r = config_pci_id_item((char *) n->data.scalar.value, n->data.scalar.length, &id, &why);
+
+                        if (r == -ENOMEM)
+                                return r;
+                        if (r < 0)
+                                return config_parse_error(ctx, n, key, "%s, got '%s'", why, (char *) n->data.scalar.value);
+                        if (strv_consume(&l, id) < 0)
+                                return -ENOMEM;
+                        continue;
+                }
                 if (strv_extend(&l, (char *) n->data.scalar.value) < 0)
                         return -ENOMEM;
         }
@@ -569,6 +586,9 @@ static int config_build(const char *text, size_t len, const char *name,
         if (r < 0)
                 goto fail;
         r = apply_overrides(c, overrides, n_overrides, &error);
+        if (r < 0)
+                goto fail;
+        r = config_intel_check(c, &error);
         if (r < 0)
                 goto fail;
         r = finish(c);

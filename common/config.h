@@ -44,6 +44,13 @@ typedef enum ConfigByPath {
         BY_PATH_NONE,
 } ConfigByPath;
 
+/* intel.monitoringMode (the Intel plugin's -monitoring-mode): the monitoring resource(s)
+ * that intel.enableMonitoring advertises. */
+typedef enum ConfigIntelMonitoringMode {
+        INTEL_MONITORING_MODE_SINGLE,   /* one gpu.intel.com/monitoring for every Intel GPU (default) */
+        INTEL_MONITORING_MODE_SPLIT,    /* gpu.intel.com/i915_monitoring and xe_monitoring, per driver */
+} ConfigIntelMonitoringMode;
+
 /* flags.migStrategy (the NVIDIA plugin's -mig-strategy, MIG_STRATEGY). */
 typedef enum ConfigMigStrategy {
         MIG_STRATEGY_NONE,              /* every GPU is one nvidia.com/gpu, MIG ignored */
@@ -127,9 +134,10 @@ typedef struct Config {
         bool intel_enabled;             /* intel.enabled (default true) */
         uint32_t intel_shared_dev_num;  /* intel.sharedDevNum, --shared-dev-num (default 1) */
         ConfigAllocationPolicy intel_allocation_policy; /* intel.allocationPolicy, --allocation-policy */
-        char **intel_allow_ids;         /* intel.allowIDs: PCI device ids, empty = all */
-        char **intel_deny_ids;          /* intel.denyIDs */
+        char **intel_allow_ids;         /* intel.allowIDs: PCI device ids "0x56c0", empty = all */
+        char **intel_deny_ids;          /* intel.denyIDs (never both lists: config_load() refuses it) */
         bool intel_enable_monitoring;   /* intel.enableMonitoring, -enable-monitoring */
+        ConfigIntelMonitoringMode intel_monitoring_mode; /* intel.monitoringMode, -monitoring-mode (default single) */
         bool intel_resource_manager;    /* intel.resourceManager, -resource-manager (accepted, not supported) */
         bool intel_health_management;   /* intel.healthManagement, -health-management (accepted; health is udev's) */
         ConfigByPath intel_by_path;     /* intel.byPath, -bypath (default single) */
@@ -203,6 +211,7 @@ void config_print_flags_help(void);
 
 const char *config_allocation_policy_to_string(ConfigAllocationPolicy p);
 const char *config_by_path_to_string(ConfigByPath b);
+const char *config_intel_monitoring_mode_to_string(ConfigIntelMonitoringMode m);
 const char *config_mig_strategy_to_string(ConfigMigStrategy s);
 const char *config_device_id_strategy_to_string(ConfigDeviceIdStrategy s);
 const char *config_replica_policy_to_string(ConfigReplicaPolicy p);
