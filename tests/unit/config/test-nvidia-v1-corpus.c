@@ -311,12 +311,42 @@ START_TEST(test_unknown_keys) {
 }
 END_TEST
 
+/* flags.plugin.sharedDevicesAllocationPolicy: upstream's name of nvidia.replicaPolicy, from
+ * the file, its variable and its flag; kgpu's own variable wins over upstream's. */
+START_TEST(test_shared_devices_allocation_policy) {
+        static const char text[] = "flags:\n  plugin:\n    sharedDevicesAllocationPolicy: packed\n";
+        static const ConfigOverride distributed[] = { { "shared-devices-allocation-policy", "distributed" } };
+        static const ConfigOverride bad[] = { { "shared-devices-allocation-policy", "spread" } };
+        _cleanup_(config_freep) Config *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+        _cleanup_free_ char *err = NULL;
+
+        setup_env();
+        ck_assert_int_eq(config_load_string(text, strlen(text), "kgpu.yaml", NULL, 0, &a, &err), 0);
+        ck_assert_int_eq(a->nvidia_replica_policy, REPLICA_POLICY_PACKED);
+        ck_assert_int_eq(config_load_string(text, strlen(text), "kgpu.yaml", distributed, 1, &b, &err), 0);
+        ck_assert_int_eq(b->nvidia_replica_policy, REPLICA_POLICY_DISTRIBUTED);
+        ck_assert_int_lt(config_load_string(text, strlen(text), "kgpu.yaml", bad, 1, &d, &err), 0);
+        ck_assert_str_eq(err, "--shared-devices-allocation-policy: expected distributed or packed, got 'spread'");
+
+        setenv("SHARED_DEVICES_ALLOCATION_POLICY", "packed", 1);
+        setenv("KGPU_NVIDIA_REPLICA_POLICY", "distributed", 1);
+        ck_assert_int_eq(config_load_string("", 0, "kgpu.yaml", NULL, 0, &c, NULL), 0);
+        ck_assert_int_eq(c->nvidia_replica_policy, REPLICA_POLICY_DISTRIBUTED);
+        config_free(TAKE_PTR(c));
+        unsetenv("KGPU_NVIDIA_REPLICA_POLICY");
+        ck_assert_int_eq(config_load_string("", 0, "kgpu.yaml", NULL, 0, &c, NULL), 0);
+        ck_assert_int_eq(c->nvidia_replica_policy, REPLICA_POLICY_PACKED);
+        unsetenv("SHARED_DEVICES_ALLOCATION_POLICY");
+}
+END_TEST
+
 static Suite *nvidia_v1_corpus_suite(void) {
         Suite *s = suite_create("nvidia-v1-corpus");
         TCase *tc = tcase_create("corpus");
 
         tcase_add_test(tc, test_corpus);
         tcase_add_test(tc, test_unknown_keys);
+        tcase_add_test(tc, test_shared_devices_allocation_policy);
         suite_add_tcase(s, tc);
         return s;
 }
