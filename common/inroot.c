@@ -30,7 +30,7 @@ int inroot_open_root(const char *root) {
  * component at a time from the root's descriptor, symlinks read with readlinkat() and
  * restarted from the root when absolute, ".." never above the root, at most 40 links.
  * *ret is the resolved path inside the root ("/" for the root itself). */
-static int resolve_by_hand(int root_fd, const char *path, char **ret) {
+int inroot_resolve_by_hand(int root_fd, const char *path, char **ret) {
         _cleanup_free_ char *cur = NULL, *todo = NULL;
         size_t cur_len = 0;
         unsigned links = 0;
@@ -122,7 +122,7 @@ int inroot_openat(int root_fd, const char *path, int flags, mode_t mode) {
         fd = syscall(SYS_openat2, root_fd, path, &how, sizeof(how));
         if (fd < 0 && errno == ENOSYS) {
                 _cleanup_free_ char *resolved = NULL;
-                int r = resolve_by_hand(root_fd, path, &resolved);
+                int r = inroot_resolve_by_hand(root_fd, path, &resolved);
 
                 if (r < 0)
                         return r;
@@ -157,7 +157,7 @@ int inroot_resolve(int root_fd, const char *path, char **ret) {
                 return fd;
         if ((r = fd_path(root_fd, &root)) < 0 || (r = fd_path(fd, &full)) < 0)
                 /* No /proc: the resolution by hand says the same. */
-                return resolve_by_hand(root_fd, path, ret);
+                return inroot_resolve_by_hand(root_fd, path, ret);
         if (streq(root, "/"))
                 rest = full;
         else {

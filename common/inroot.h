@@ -31,6 +31,11 @@ int inroot_openat(int root_fd, const char *path, int flags, mode_t mode);
  * 550.54.15"); read back through /proc/self/fd. */
 int inroot_resolve(int root_fd, const char *path, char **ret);
 
+/* The same resolution without openat2() and /proc, one component at a time (what
+ * inroot_openat() and inroot_resolve() fall back to on kernels before 5.6 and under
+ * valgrind); the path must exist. Exported so tests compare it with openat2(). */
+int inroot_resolve_by_hand(int root_fd, const char *path, char **ret);
+
 /* Opens the directory path inside the root, creating the missing ones (mode) one by one,
  * each created in its resolved parent. Returns an O_PATH|O_DIRECTORY descriptor. */
 int inroot_mkdir_p(int root_fd, const char *path, mode_t mode);
