@@ -5,7 +5,8 @@
 # "two-gpus") writes kgpu-nvidia.yaml for a fake driver root — the real driver's file
 # names for that version, the ld.so.cache the real `ldconfig -r` wrote for them
 # (tests/data/ldcache/), an nvidia-smi script, GSP firmware — and device nodes made with
-# mknod (char 1:3, /dev/null's numbers) under the device root; then a container is given
+# mknod (char 1:3, /dev/null's numbers; /dev/null bound over a file where mknod is
+# refused) under the device root; then a container is given
 # the NVIDIA GPU and an Intel GPU by their CDI names:
 # - podman (crun, else runc, a busybox-static image imported from a local tar, the spec directory
 #   given with --cdi-spec-dir, or bound over /run/cdi in a private mount namespace):
@@ -56,9 +57,19 @@ def write(path, text, mode=0o644):
     os.chmod(path, mode)
 
 
+BOUND = []   # device nodes made by binding /dev/null, where mknod is not allowed
+
+
 def mknod(path):
+    """A char device node with /dev/null's numbers; where mknod is refused (a container's
+    device cgroup), /dev/null bound over an empty file, which reads the same to stat."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except PermissionError:
+        open(path, 'w').close()
+        subprocess.run(['mount', '--bind', '/dev/null', path], check=True)
+        BOUND.append(path)
 
 
 def make_driver_root(root, dev_root):
@@ -320,7 +331,7 @@ def main():
     name = os.path.basename(__file__)
     harness.exit_on_sigterm()
     if not harness.is_root():
-        print('SKIP %s: needs root (mknod of the device nodes)' % name)
+        print('SKIP %s: needs root (device nodes, podman)' % name)
         return 77
     work = tempfile.mkdtemp(prefix='kgpu-cdi-')
     os.chmod(work, 0o755)
@@ -344,6 +355,8 @@ def main():
         print('FAIL %s' % name)
         return 1
     finally:
+        for n in reversed(BOUND):
+            subprocess.run(['umount', n])
         for n in reversed(made):
             (os.rmdir if os.path.isdir(n) else os.unlink)(n)
         subprocess.run(['rm', '-rf', work])
