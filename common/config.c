@@ -103,6 +103,8 @@ static const ConfigOption options[] = {
           OFF(nvidia_fail_on_init_error), "true", 0, 0, "fail when NVIDIA GPUs cannot be read at start" },
         { "flags.nvidiaDriverRoot", { "NVIDIA_DRIVER_ROOT" }, "nvidia-driver-root", OPTION_PATH,
           OFF(nvidia_driver_root), "/", 0, 0, "root of the NVIDIA driver installation (nvidia-smi is looked up there)" },
+        { "flags.nvidiaDevRoot", { "NVIDIA_DEV_ROOT" }, "nvidia-dev-root", OPTION_PATH,
+          OFF(nvidia_dev_root), NULL, 0, 0, "root of the NVIDIA device nodes (default: the driver root)" },
         { "flags.plugin.passDeviceSpecs", { "PASS_DEVICE_SPECS" }, "pass-device-specs", OPTION_BOOL,
           OFF(nvidia_pass_device_specs), "false", 0, 0, "pass the NVIDIA device nodes in Allocate answers" },
         { "flags.plugin.deviceListStrategy", { "DEVICE_LIST_STRATEGY" }, "device-list-strategy",
@@ -157,8 +159,6 @@ static const ConfigOption options[] = {
         /* Keys of the NVIDIA file kgpu accepts without using them. */
         { "flags.mpsRoot", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0,
           "MPS pipes and logs are under runtimeDirectory/mps" },
-        { "flags.nvidiaDevRoot", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0,
-          "NVIDIA device nodes are always read from /dev" },
         { "flags.restartOnDeviceUnhealthy", { NULL }, NULL, OPTION_NO_EFFECT_BOOL, 0, NULL, 0, 0,
           "unhealthy devices are reported, nothing is restarted" },
         { "flags.useNodeFeatureAPI", { NULL }, NULL, OPTION_NO_EFFECT_BOOL, 0, NULL, 0, 0,

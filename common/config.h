@@ -154,6 +154,7 @@ typedef struct Config {
         ConfigMigStrategy nvidia_mig_strategy; /* flags.migStrategy, MIG_STRATEGY, --mig-strategy (default none) */
         bool nvidia_fail_on_init_error; /* flags.failOnInitError, FAIL_ON_INIT_ERROR, --fail-on-init-error (default true) */
         char *nvidia_driver_root;       /* flags.nvidiaDriverRoot, NVIDIA_DRIVER_ROOT, --nvidia-driver-root (default /) */
+        char *nvidia_dev_root;          /* flags.nvidiaDevRoot, NVIDIA_DEV_ROOT, --nvidia-dev-root (NULL: the driver root) */
         bool nvidia_pass_device_specs;  /* flags.plugin.passDeviceSpecs, PASS_DEVICE_SPECS, --pass-device-specs (default false) */
         uint32_t nvidia_device_list_strategy; /* DEVICE_LIST_STRATEGY_* set; flags.plugin.deviceListStrategy,
                                                * DEVICE_LIST_STRATEGY, --device-list-strategy (default envvar) */

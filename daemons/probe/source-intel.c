@@ -266,6 +266,10 @@ static int intel_labels(Manager *m, void *data, Gpu * const *gpus, size_t n, cha
         return labels_intel_build(gpus, n, pci, (size_t) n_pci, s->pci_grouping_level, ret);
 }
 
+static int intel_cdi_write(Manager *m, void *data, const char *directory, Gpu * const *gpus, size_t n) {
+        return cdi_intel_write(directory, gpus, n);
+}
+
 const GpuSource gpu_source_intel = {
         .name = "Intel",
         .vendor = "intel",
@@ -278,5 +282,5 @@ const GpuSource gpu_source_intel = {
         .rescan = intel_rescan,
         .device_event = intel_device_event,
         .labels = intel_labels,
-        .cdi_write = cdi_intel_write,
+        .cdi_write = intel_cdi_write,
 };

@@ -24,7 +24,7 @@
 static const DaemonInfo info = { .name = "test", .description = "test" };
 
 static const char * const nvidia_vars[] = {
-        "KGPU_CONFIG", "CONFIG_FILE", "MIG_STRATEGY", "FAIL_ON_INIT_ERROR", "NVIDIA_DRIVER_ROOT",
+        "KGPU_CONFIG", "CONFIG_FILE", "MIG_STRATEGY", "FAIL_ON_INIT_ERROR", "NVIDIA_DRIVER_ROOT", "NVIDIA_DEV_ROOT",
         "PASS_DEVICE_SPECS", "DEVICE_LIST_STRATEGY", "DEVICE_ID_STRATEGY", "CDI_ANNOTATION_PREFIX",
         "KGPU_NVIDIA_ENABLED", "KGPU_NVIDIA_SMI", "KGPU_NVIDIA_MPS_CONTROL", "KGPU_NVIDIA_HEALTH_INTERVAL_MS",
         "KGPU_NVIDIA_HEALTH_RECOVER_POLLS", "KGPU_NVIDIA_REPLICA_POLICY", "KGPU_KUBELET_SOCKET",
@@ -500,6 +500,49 @@ START_TEST(test_scalar_errors) {
         expect_error("sharing:\n  mps:\n    failRequestsGreaterThanOne: yes please\n",
                      "kgpu.yaml:3: sharing.mps.failRequestsGreaterThanOne: expected a boolean (true or false), "
                      "got 'yes please'");
+}
+END_TEST
+
+/* flags.nvidiaDevRoot (issue 13): unset is NULL (the probe uses the driver root), then
+ * file, environment and flag as every NVIDIA key. */
+START_TEST(test_dev_root) {
+        _cleanup_free_ char *err = NULL;
+
+        clear_env();
+        {
+                _cleanup_(config_freep) Config *c = from_yaml("flags:\n  nvidiaDriverRoot: /run/nvidia/driver\n", &err);
+
+                ck_assert_msg(c, "%s", err);
+                ck_assert_ptr_null(c->nvidia_dev_root);
+        }
+        {
+                _cleanup_(config_freep) Config *c = from_yaml("flags:\n  nvidiaDevRoot: /run/nvidia/dev\n", &err);
+
+                ck_assert_msg(c, "%s", err);
+                ck_assert_str_eq(c->nvidia_dev_root, "/run/nvidia/dev");
+        }
+        setenv("NVIDIA_DEV_ROOT", "/env", 1);
+        {
+                const char *args[] = { NULL };
+                _cleanup_(config_freep) Config *c = from_argv(args);
+
+                ck_assert_ptr_nonnull(c);
+                ck_assert_str_eq(c->nvidia_dev_root, "/env");
+        }
+        {
+                const char *args[] = { "--nvidia-dev-root", "/flag", NULL };
+                _cleanup_(config_freep) Config *c = from_argv(args);
+
+                ck_assert_ptr_nonnull(c);
+                ck_assert_str_eq(c->nvidia_dev_root, "/flag");
+        }
+        unsetenv("NVIDIA_DEV_ROOT");
+        {
+                _cleanup_(config_freep) Config *c = from_yaml("flags:\n  nvidiaDevRoot: run/nvidia\n", &err);
+
+                ck_assert_ptr_null(c);
+                ck_assert_ptr_nonnull(strstr(err, "flags.nvidiaDevRoot: expected an absolute path"));
+        }
 }
 END_TEST
 
@@ -1086,6 +1129,7 @@ static Suite *nvidia_config_suite(void) {
         tcase_add_test(tc, test_env_and_flag_errors);
         tcase_add_test(tc, test_scalar_errors);
         tcase_add_test(tc, test_accepted_and_ignored);
+        tcase_add_test(tc, test_dev_root);
         tcase_add_test(tc, test_no_effect_values);
         tcase_add_test(tc, test_getopt_table);
         suite_add_tcase(s, tc);
