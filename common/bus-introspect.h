@@ -21,7 +21,10 @@ typedef struct BusIntrospectEntry {
         bool fallback;                  /* registered with sd_bus_add_fallback_vtable */
 } BusIntrospectEntry;
 
-/* Returns the XML in *ret (caller frees). */
+/* Returns the XML in *ret (caller frees); n == 0 gives an empty <node> at once. */
 int bus_introspect_xml(const BusIntrospectEntry *entries, size_t n, char **ret);
 /* Writes the XML to stdout; returns 0 or negative errno (already logged). */
 int bus_introspect_print(const BusIntrospectEntry *entries, size_t n);
+/* For a daemon that exports nothing: an empty <node> holding why as an XML comment
+ * (why must not contain "--"). */
+int bus_introspect_print_none(const char *why);

@@ -38,10 +38,12 @@ typedef enum OptionType {
         OPTION_DEVICE_LIST_STRATEGY, /* DEVICE_LIST_STRATEGY_* set: one value, a list or comma separated */
         OPTION_ANNOTATION_PREFIX, /* non-empty annotation key prefix */
         OPTION_IGNORED,         /* accepted (names[]: these values only), logged at notice, not stored */
-        OPTION_FALSE_ONLY,      /* a boolean kgpu does not implement: only false is accepted */
-        OPTION_EMPTY_ONLY,      /* a list kgpu does not implement: only an empty list is accepted */
+        OPTION_NO_EFFECT_BOOL,  /* a boolean kgpu does not implement: true is accepted with a warning */
+        OPTION_IMEX_CHANNEL_IDS, /* imex.channelIDs: [] or [0] as upstream; [0] accepted with a warning */
+        OPTION_DISCOVERY_STRATEGY, /* flags.deviceDiscoveryStrategy: auto, nvml (notice), tegra (warning) */
         OPTION_SHARED_RESOURCES, /* sharing.*.resources: a list of mappings into the ConfigSharing at offset */
         OPTION_RESOURCE_PATTERNS, /* resources.gpus/mig: {pattern, name} mappings; only the default names */
+        OPTION_PCI_IDS,         /* strv of PCI device ids "0x56c0": YAML sequence or comma separated (config-intel.c) */
 } OptionType;
 
 typedef struct ConfigOption {
@@ -52,7 +54,7 @@ typedef struct ConfigOption {
         size_t offset;
         const char *def;        /* default as text, NULL: none */
         uint32_t min, max;      /* OPTION_UINT32 bounds */
-        const char *help;       /* OPTION_IGNORED, OPTION_FALSE_ONLY: why */
+        const char *help;       /* OPTION_IGNORED, OPTION_NO_EFFECT_BOOL: why */
         const char * const *names; /* OPTION_ENUM values in enum order; OPTION_IGNORED accepted values (NULL: any) */
         bool alias;             /* another key for a field an earlier entry owns (not freed, no default) */
 } ConfigOption;
@@ -67,13 +69,28 @@ extern const char * const config_replica_policy_names[];
 extern const char * const config_device_list_strategy_names[];
 extern const char * const config_mps_launcher_names[];
 extern const char * const config_device_discovery_strategy_names[];
+extern const char * const config_intel_monitoring_mode_names[];
 
 /* config-value.c */
+/* config_option_set() returns this (> 0) for a value accepted that kgpu cannot act on,
+ * with the reason in *ret_why; the caller logs it at warning. */
+#define CONFIG_NO_EFFECT 1
 bool config_is_printable(const char *s);
 bool config_names_contain(const char * const *names, const char *s);
 int config_device_list_strategy_from_string(const char *s, uint32_t *ret);
-/* Sets one option from text. On failure returns -EINVAL and a message in *ret_why. */
+/* Sets one option from text. On failure returns -EINVAL and a message in *ret_why;
+ * CONFIG_NO_EFFECT: accepted, *ret_why says what kgpu does not do. */
 int config_option_set(Config *c, const ConfigOption *o, const char *value, const char **ret_why);
+
+/* config-intel.c */
+/* "0x" and four lowercase hex digits, the Intel plugin's form of a PCI device id. */
+bool config_pci_id_valid(const char *s);
+/* One item of an id list (item[0..len)), spaces around it dropped, into *ret (new). */
+int config_pci_id_item(const char *item, size_t len, char **ret, const char **ret_why);
+/* The OPTION_PCI_IDS setter. */
+int config_set_pci_ids(void *p, const ConfigOption *o, const char *value, const char **ret_why);
+/* Rules between Intel options, once every source is applied: -EINVAL and *ret_error (new). */
+int config_intel_check(const Config *c, char **ret_error);
 
 /* config.c */
 typedef struct ParseContext {
@@ -84,7 +101,17 @@ typedef struct ParseContext {
         /* Lines (1-based, 0: absent) of the sharing sections and their resources lists. */
         size_t time_slicing_line, time_slicing_resources_line;
         size_t mps_line, mps_resources_line;
+        bool time_slicing_empty;        /* sharing.timeSlicing: {} (what nos writes beside MPS) */
+        bool nvidia_file;               /* the root has a key of the NVIDIA v1 format */
 } ParseContext;
+
+/* Whether key belongs to the NVIDIA device plugin's v1 format (version, flags, resources,
+ * sharing, imex, health; any top-level key of a file that has one of these): unknown keys
+ * there are logged at warning and ignored, as upstream ignores them. kgpu's own sections
+ * (kubelet, broker, grpc, intel, nvidia, labels, cdi) stay strict. */
+bool config_key_is_nvidia(const ParseContext *ctx, const char *key);
+/* YAML null: an empty plain value, ~, null, Null, NULL, or the !!null tag. */
+bool config_node_is_null(const yaml_node_t *node);
 
 int config_parse_error(ParseContext *ctx, const yaml_node_t *node, const char *key, const char *fmt, ...) _printf_(4, 5);
 int config_parse_error_line(ParseContext *ctx, size_t line, const char *key, const char *fmt, ...) _printf_(4, 5);

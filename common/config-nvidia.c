@@ -194,6 +194,27 @@ static int entry_error(EntryContext *e, const yaml_node_t *node, const char *fie
         return config_parse_error(e->ctx, node, key, "%s", what);
 }
 
+/* A line at level about one field of an entry: "FILE:LINE: KEY[i].FIELD: what". */
+static void entry_log(EntryContext *e, int level, const yaml_node_t *node, const char *field, const char *fmt, ...) _printf_(5, 6);
+static void entry_log(EntryContext *e, int level, const yaml_node_t *node, const char *field, const char *fmt, ...) {
+        _cleanup_free_ char *what = NULL;
+        va_list ap;
+        int k;
+
+        if (level > log_get_max_level())
+                return;
+        va_start(ap, fmt);
+        k = vasprintf(&what, fmt, ap);
+        va_end(ap);
+        if (k < 0)
+                return;
+        log_full_errno(level, 0, "%s:%zu: %s[%zu]%s%s: %s", e->ctx->name, node->start_mark.line + 1, e->key, e->index,
+                       field ? "." : "", field ?: "", what);
+}
+
+#define UPSTREAM_IGNORES "honoured as the nos fork of the device plugin does; NVIDIA device plugin releases " \
+        "that disable resource renaming ignore it (\"Ignoring...\")"
+
 static int entry_devices(EntryContext *e, const yaml_node_t *v, bool mps, char ***ret) {
         _cleanup_strv_free_ char **l = NULL;
         size_t n = 0;
@@ -203,13 +224,22 @@ static int entry_devices(EntryContext *e, const yaml_node_t *v, bool mps, char *
 
                 if (!scalar_ok(v))
                         return entry_error(e, v, "devices", "invalid value");
+                if (config_node_is_null(v))     /* upstream: the string "", not "all" */
+                        return entry_error(e, v, "devices", "expected \"all\" or a list of devices, got null");
                 if (streq(scalar(v), "all")) {
                         *ret = NULL;
                         return 0;
                 }
-                if (safe_atou32(scalar(v), &count) >= 0)
-                        return entry_error(e, v, "devices", "a count of devices is not supported, "
-                                           "expected \"all\" or a list of devices, got '%s'", scalar(v));
+                if (safe_atou32(scalar(v), &count) >= 0) {
+                        if (count == 0)
+                                return entry_error(e, v, "devices", "a count of devices must be > 0, got '%s'", scalar(v));
+                        /* Upstream releases that disable renaming share all devices, newer ones
+                         * the first N in no fixed order: all it is. */
+                        entry_log(e, LOG_WARNING, v, "devices", "accepted, no effect in kgpu: a count of devices (%s), "
+                                  "all devices of the resource are shared", scalar(v));
+                        *ret = NULL;
+                        return 0;
+                }
                 return entry_error(e, v, "devices", "expected \"all\" or a list of GPU indexes, MIG indexes or UUIDs, got '%s'",
                                    scalar(v));
         }
@@ -252,14 +282,16 @@ static int entry_devices(EntryContext *e, const yaml_node_t *v, bool mps, char *
         }
         if (!l)
                 return entry_error(e, v, "devices", "expected \"all\" or a non-empty list of devices");
+        entry_log(e, LOG_NOTICE, v, "devices", UPSTREAM_IGNORES);
         *ret = TAKE_PTR(l);
         return 0;
 }
 
-/* One entry of sharing.timeSlicing.resources[] / sharing.mps.resources[]. */
+/* One entry of sharing.timeSlicing.resources[] / sharing.mps.resources[]. Returns 1 for an
+ * entry accepted that shares nothing (a resource kgpu does not advertise): not kept. */
 static int parse_shared_resource(EntryContext *e, yaml_node_t *node, bool mps, ConfigSharedResource *r) {
         static const char * const fields[] = { "name", "rename", "replicas", "devices", "memoryGB", NULL };
-        bool seen[ELEMENTSOF(fields)] = {};
+        bool seen[ELEMENTSOF(fields)] = {}, drop = false;
         int k;
 
         if (node->type != YAML_MAPPING_NODE)
@@ -278,8 +310,12 @@ static int parse_shared_resource(EntryContext *e, yaml_node_t *node, bool mps, C
                 for (f = 0; fields[f]; f++)
                         if (streq(fields[f], scalar(k_node)))
                                 break;
-                if (!fields[f])
-                        return entry_error(e, k_node, NULL, "unknown key '%s'", scalar(k_node));
+                if (!fields[f]) {
+                        /* Upstream reads the keys it knows and drops the others. */
+                        entry_log(e, LOG_WARNING, k_node, scalar(k_node),
+                                  "unknown key, ignored (as the NVIDIA device plugin ignores keys it does not know)");
+                        continue;
+                }
                 if (seen[f])
                         return entry_error(e, k_node, fields[f], "given twice");
                 seen[f] = true;
@@ -296,30 +332,48 @@ static int parse_shared_resource(EntryContext *e, yaml_node_t *node, bool mps, C
                 if (streq(fields[f], "name") || streq(fields[f], "rename")) {
                         char **dst = streq(fields[f], "name") ? &r->name : &r->rename;
 
+                        /* Upstream reads null as the empty name, which is not a resource name. */
+                        if (config_node_is_null(v))
+                                return entry_error(e, v, fields[f], "expected a resource name, got null");
                         k = resource_name_parse(scalar(v), dst, &why);
                         if (k == -ENOMEM)
                                 return k;
                         if (k < 0)
                                 return entry_error(e, v, fields[f], "%s, got '%s'", why, scalar(v));
+                        if (dst == &r->rename)
+                                entry_log(e, LOG_NOTICE, v, fields[f], UPSTREAM_IGNORES);
                         if (dst == &r->name) {
                                 const char *suffix = *dst + strlen(RESOURCE_NAME_PREFIX);
                                 const char *profile = startswith(suffix, "mig-");
 
-                                if (!streq(suffix, "gpu") && !(profile && mig_profile_ok(profile)))
-                                        return entry_error(e, v, fields[f], "expected nvidia.com/gpu or nvidia.com/mig-<profile>, got '%s'",
-                                                           scalar(v));
-                                if (mps && profile)
+                                if (!streq(suffix, "gpu") && !(profile && mig_profile_ok(profile))) {
+                                        /* Upstream parses any resource name; no device has this one. */
+                                        entry_log(e, LOG_WARNING, v, fields[f], "accepted, no effect in kgpu: no device is "
+                                                  "advertised as '%s' (nvidia.com/gpu, nvidia.com/mig-<profile>), the "
+                                                  "entry shares nothing", *dst);
+                                        drop = true;
+                                } else if (mps && profile)
                                         return entry_error(e, v, fields[f], "MPS is not supported on MIG devices, "
                                                            "only nvidia.com/gpu can be shared, got '%s'", scalar(v));
                         }
                 } else if (streq(fields[f], "replicas")) {
-                        if (safe_atou32(scalar(v), &r->replicas) < 0 || r->replicas < 1 || r->replicas > 1024)
-                                return entry_error(e, v, fields[f], "expected an integer from 1 to 1024, got '%s'", scalar(v));
+                        /* Time-slicing: at least 2, as upstream; MPS: 1 is one slice of a size (the nos fork). */
+                        uint32_t min = mps ? 1 : 2;
+
+                        if (safe_atou32(scalar(v), &r->replicas) < 0 || r->replicas < min || r->replicas > 1024)
+                                return entry_error(e, v, fields[f], "expected an integer from %" PRIu32 " to 1024%s, got '%s'",
+                                                   min, mps ? "" : " (time-slicing needs at least 2 replicas, as the NVIDIA "
+                                                   "device plugin)", scalar(v));
                 } else {        /* memoryGB */
                         uint32_t gb;
 
-                        if (!mps)
-                                return entry_error(e, v, fields[f], "only sharing.mps resources have a memory size");
+                        if (!mps) {
+                                entry_log(e, LOG_WARNING, k_node, fields[f], "accepted, no effect in kgpu: only MPS slices "
+                                          "have a memory size");
+                                continue;
+                        }
+                        if (config_node_is_null(v))
+                                continue;       /* unset: the GPU's memory divided by the replicas */
                         if (safe_atou32(scalar(v), &gb) < 0 || gb < 1 || gb > 65536)
                                 return entry_error(e, v, fields[f], "expected a whole number of GiB from 1 to 65536, got '%s'",
                                                    scalar(v));
@@ -330,11 +384,11 @@ static int parse_shared_resource(EntryContext *e, yaml_node_t *node, bool mps, C
                 return entry_error(e, node, "name", "required, not given");
         if (r->replicas == 0)
                 return entry_error(e, node, "replicas", "required, not given");
-        return 0;
+        return drop ? 1 : 0;
 }
 
 /* Cross-entry checks of one sharing section, as the NVIDIA plugin's semantics need them. */
-static int check_shared_resources(EntryContext *e, ConfigSharing *sh, yaml_node_t **nodes, bool mps) {
+static int check_shared_resources(EntryContext *e, ConfigSharing *sh, yaml_node_t **nodes, const size_t *index, bool mps) {
         for (size_t i = 0; i < sh->n_resources; i++) {
                 _cleanup_free_ char *name_i = config_shared_resource_name(sh, &sh->resources[i]);
 
@@ -349,14 +403,14 @@ static int check_shared_resources(EntryContext *e, ConfigSharing *sh, yaml_node_
                                 continue;
                         if (!devices_overlap(sh->resources[i].devices, sh->resources[j].devices))
                                 continue;
-                        e->index = i;
+                        e->index = index[i];
                         if (streq(name_i, name_j))
                                 return entry_error(e, nodes[i], NULL, "'%s' is already advertised for the same devices by "
-                                                   "%s[%zu]", name_i, e->key, j);
+                                                   "%s[%zu]", name_i, e->key, index[j]);
                         /* MPS slices of one GPU may differ (the nos fork); a time-sliced device has one replica set. */
                         if (!mps && streq(sh->resources[i].name, sh->resources[j].name))
                                 return entry_error(e, nodes[i], NULL, "'%s' on the same devices is already time-sliced by "
-                                                   "%s[%zu]", sh->resources[i].name, e->key, j);
+                                                   "%s[%zu]", sh->resources[i].name, e->key, index[j]);
                 }
         }
         return 0;
@@ -368,9 +422,12 @@ int config_parse_shared_resources(ParseContext *ctx, const ConfigOption *o, cons
         EntryContext e = { .ctx = ctx, .key = key };
         ConfigSharedResource *list = NULL;
         yaml_node_t *nodes[CONFIG_LIST_MAX];
+        size_t index[CONFIG_LIST_MAX];
         size_t n = 0;
         int r;
 
+        if (config_node_is_null(node))
+                return config_parse_error(ctx, node, key, "no resources specified");
         if (node->type != YAML_SEQUENCE_NODE)
                 return config_parse_error(ctx, node, key, "expected a list of resources (name, replicas, ...)");
         if (node->data.sequence.items.top - node->data.sequence.items.start > (ptrdiff_t) CONFIG_LIST_MAX)
@@ -384,7 +441,8 @@ int config_parse_shared_resources(ParseContext *ctx, const ConfigOption *o, cons
         for (yaml_node_item_t *i = node->data.sequence.items.start; i < node->data.sequence.items.top; i++) {
                 yaml_node_t *item = yaml_document_get_node(ctx->doc, *i);
 
-                e.index = n;
+                e.index = (size_t) (i - node->data.sequence.items.start);
+                index[n] = e.index;
                 nodes[n] = item ?: node;
                 n++;
                 r = item ? parse_shared_resource(&e, item, mps, &list[n - 1]) :
@@ -392,6 +450,13 @@ int config_parse_shared_resources(ParseContext *ctx, const ConfigOption *o, cons
                 if (r < 0) {
                         config_shared_resources_free(list, n);
                         return r;
+                }
+                if (r > 0) {    /* shares nothing: not kept */
+                        n--;
+                        free(list[n].name);
+                        free(list[n].rename);
+                        strv_free(list[n].devices);
+                        list[n] = (ConfigSharedResource) {};
                 }
         }
         config_shared_resources_free(sh->resources, sh->n_resources);   /* a key given twice: the last one counts */
@@ -401,17 +466,18 @@ int config_parse_shared_resources(ParseContext *ctx, const ConfigOption *o, cons
                 ctx->mps_resources_line = node->start_mark.line + 1;
         else
                 ctx->time_slicing_resources_line = node->start_mark.line + 1;
-        return check_shared_resources(&e, sh, nodes, mps);
+        return check_shared_resources(&e, sh, nodes, index, mps);
 }
 
-/* resources.gpus / resources.mig: the NVIDIA plugin's custom resource names. Only entries
- * naming the resource kgpu advertises anyway are accepted. */
+/* resources.gpus / resources.mig: the NVIDIA plugin's custom resource names, checked as
+ * upstream checks them. Upstream releases ignore them ("not yet supported ... Ignoring"),
+ * so does kgpu: a name other than the default one is logged at warning. */
 int config_parse_resource_patterns(ParseContext *ctx, const ConfigOption *o, const char *key, yaml_node_t *node) {
-        bool mig = streq(key, "resources.mig");
+        bool mig = streq(key, "resources.mig"), custom = false;
         EntryContext e = { .ctx = ctx, .key = key };
 
-        if (node->type == YAML_SCALAR_NODE && node->data.scalar.length == 0)
-                return 0;       /* null */
+        if (config_node_is_null(node))
+                return 0;
         if (node->type != YAML_SEQUENCE_NODE)
                 return config_parse_error(ctx, node, key, "expected a list of {pattern, name}");
         for (yaml_node_item_t *i = node->data.sequence.items.start; i < node->data.sequence.items.top; i++, e.index++) {
@@ -431,19 +497,24 @@ int config_parse_resource_patterns(ParseContext *ctx, const ConfigOption *o, con
 
                         if (!k || !v || !scalar_ok(k))
                                 return entry_error(&e, item, NULL, "malformed mapping");
+                        if (!streq(scalar(k), "pattern") && !streq(scalar(k), "name")) {
+                                entry_log(&e, LOG_WARNING, k, scalar(k),
+                                          "unknown key, ignored (as the NVIDIA device plugin ignores keys it does not know)");
+                                continue;
+                        }
                         if (!scalar_ok(v))
                                 return entry_error(&e, v, scalar(k), "expected a single value");
                         if (streq(scalar(k), "pattern"))
                                 pattern = v;
-                        else if (streq(scalar(k), "name"))
-                                name = v;
                         else
-                                return entry_error(&e, k, NULL, "unknown key '%s'", scalar(k));
+                                name = v;
                 }
                 if (!pattern)
                         return entry_error(&e, item, "pattern", "required, not given");
                 if (!name)
                         return entry_error(&e, item, "name", "required, not given");
+                if (config_node_is_null(name))
+                        return entry_error(&e, name, "name", "expected a resource name, got null");
                 r = resource_name_parse(scalar(name), &full, &why);
                 if (r == -ENOMEM)
                         return r;
@@ -456,22 +527,38 @@ int config_parse_resource_patterns(ParseContext *ctx, const ConfigOption *o, con
                         }
                 } else if (!(want = strdup(RESOURCE_NAME_PREFIX "gpu")))
                         return -ENOMEM;
-                if (!streq(full, want))
-                        return entry_error(&e, name, "name", "%s, got '%s'", o->help, scalar(name));
+                if (!streq(full, want)) {
+                        entry_log(&e, LOG_WARNING, name, "name", "accepted, no effect in kgpu: %s, got '%s' (the NVIDIA "
+                                  "device plugin ignores custom names too)", o->help, scalar(name));
+                        custom = true;
+                }
         }
-        log_notice("%s:%zu: %s: only default names, accepted.", ctx->name, node->start_mark.line + 1, key);
+        if (!custom)
+                log_notice("%s:%zu: %s: only default names, accepted.", ctx->name, node->start_mark.line + 1, key);
         return 0;
 }
 
-/* What the NVIDIA plugin checks across the sharing sections. */
+/* What the NVIDIA plugin checks across the sharing sections, and what it does when both are given. */
 int config_check_sharing_sections(ParseContext *ctx) {
-        if (ctx->time_slicing_line && !ctx->time_slicing_resources_line)
-                return config_parse_error_line(ctx, ctx->time_slicing_line, "sharing.timeSlicing", "no resources specified");
+        if (ctx->time_slicing_line && !ctx->time_slicing_resources_line) {
+                if (!ctx->time_slicing_empty || !ctx->mps_resources_line)
+                        return config_parse_error_line(ctx, ctx->time_slicing_line, "sharing.timeSlicing", "no resources specified");
+                /* What nos writes (an empty value marshalled): the nos fork reads it. */
+                log_notice("%s:%zu: sharing.timeSlicing: empty, beside sharing.mps: accepted as the nos fork of the "
+                           "device plugin accepts it (the NVIDIA device plugin refuses it: no resources specified).",
+                           ctx->name, ctx->time_slicing_line);
+        }
         if (ctx->mps_line && !ctx->mps_resources_line)
                 return config_parse_error_line(ctx, ctx->mps_line, "sharing.mps", "no resources specified");
-        if (ctx->time_slicing_resources_line && ctx->mps_resources_line)
-                return config_parse_error_line(ctx, ctx->mps_line, "sharing.mps",
-                                        "time-slicing and MPS are mutually exclusive (sharing.timeSlicing is at line %zu)",
-                                        ctx->time_slicing_line);
+        if (ctx->time_slicing_resources_line && ctx->mps_resources_line) {
+                ConfigSharing *ts = &ctx->config->nvidia_time_slicing;
+
+                /* Upstream's SharingStrategy(): MPS wins. */
+                log_warning("%s:%zu: sharing.timeSlicing: ignored, sharing.mps is given (line %zu): the GPUs are shared "
+                            "with MPS, as the NVIDIA device plugin does when both are given.",
+                            ctx->name, ctx->time_slicing_line, ctx->mps_line);
+                config_shared_resources_free(ts->resources, ts->n_resources);
+                *ts = (ConfigSharing) {};
+        }
         return 0;
 }

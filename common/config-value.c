@@ -46,7 +46,7 @@ const char * const config_mps_launcher_names[] = {
         NULL
 };
 
-const char * const config_device_discovery_strategy_names[] = { "auto", "nvml", NULL };
+const char * const config_device_discovery_strategy_names[] = { "auto", "nvml", "tegra", NULL };
 
 const char * const config_allocation_policy_names[] = {
         [ALLOCATION_POLICY_NONE] = "none",
@@ -180,6 +180,8 @@ static int set_log_level(void *p, const ConfigOption *o, const char *value, cons
 }
 
 static int set_version(void *p, const ConfigOption *o, const char *value, const char **ret_why) {
+        if (isempty(value))
+                value = "v1";   /* upstream: an empty version is v1 */
         return set_checked_string(p, streq(value, "v1"),
                                   "expected v1 (the only version of the NVIDIA device plugin's config file)",
                                   value, ret_why);
@@ -256,6 +258,7 @@ static int set_enum(void *p, const ConfigOption *o, const char *value, const cha
                 *ret_why = o->names == config_mig_strategy_names ? "expected none, single or mixed" :
                            o->names == config_device_id_strategy_names ? "expected uuid or index" :
                            o->names == config_mps_launcher_names ? "expected auto, systemd or direct" :
+                           o->names == config_intel_monitoring_mode_names ? "expected single or split" :
                            "expected distributed or packed";
                 return -EINVAL;
         }
@@ -294,7 +297,9 @@ static int set_ignored(void *p, const ConfigOption *o, const char *value, const 
         return 0;
 }
 
-static int set_false_only(void *p, const ConfigOption *o, const char *value, const char **ret_why) {
+/* A boolean upstream acts on and kgpu cannot: false is nothing to do, true is accepted
+ * with a warning (upstream accepts it). */
+static int set_no_effect_bool(void *p, const ConfigOption *o, const char *value, const char **ret_why) {
         int r = parse_boolean(value);
 
         if (r < 0) {
@@ -302,17 +307,30 @@ static int set_false_only(void *p, const ConfigOption *o, const char *value, con
                 return -EINVAL;
         }
         if (r > 0) {
-                *ret_why = "not supported by kgpu, only false is accepted";
-                return -EOPNOTSUPP;
+                *ret_why = o->help;
+                return CONFIG_NO_EFFECT;
         }
         return 0;
 }
 
-static int set_empty_only(void *p, const ConfigOption *o, const char *value, const char **ret_why) {
-        if (isempty(value))
-                return 0;
-        *ret_why = "not supported by kgpu, only an empty list is accepted";
-        return -EOPNOTSUPP;
+/* imex.channelIDs as one value: only from the file, where parse_list() reads the list. */
+static int set_imex_channel_ids(void *p, const ConfigOption *o, const char *value, const char **ret_why) {
+        *ret_why = "expected a list of channel IDs, [] or [0]";
+        return -EINVAL;
+}
+
+/* auto and nvml: kgpu finds GPUs with nvidia-smi either way; tegra asks for GPUs kgpu
+ * does not serve; anything else upstream refuses at start. */
+static int set_discovery_strategy(void *p, const ConfigOption *o, const char *value, const char **ret_why) {
+        if (!config_names_contain(config_device_discovery_strategy_names, value)) {
+                *ret_why = "expected auto, nvml or tegra";
+                return -EINVAL;
+        }
+        if (streq(value, "tegra")) {
+                *ret_why = "Tegra (integrated) GPUs are not served, GPUs are found with nvidia-smi";
+                return CONFIG_NO_EFFECT;
+        }
+        return 0;
 }
 
 static int set_file_only(void *p, const ConfigOption *o, const char *value, const char **ret_why) {
@@ -352,10 +370,12 @@ static const OptionSetter setters[] = {
         [OPTION_DEVICE_LIST_STRATEGY] = set_device_list_strategy,
         [OPTION_ANNOTATION_PREFIX] = set_annotation_prefix,
         [OPTION_IGNORED] = set_ignored,
-        [OPTION_FALSE_ONLY] = set_false_only,
-        [OPTION_EMPTY_ONLY] = set_empty_only,
+        [OPTION_NO_EFFECT_BOOL] = set_no_effect_bool,
+        [OPTION_IMEX_CHANNEL_IDS] = set_imex_channel_ids,
+        [OPTION_DISCOVERY_STRATEGY] = set_discovery_strategy,
         [OPTION_SHARED_RESOURCES] = set_file_only,
         [OPTION_RESOURCE_PATTERNS] = set_file_only,
+        [OPTION_PCI_IDS] = config_set_pci_ids,
 };
 
 int config_option_set(Config *c, const ConfigOption *o, const char *value, const char **ret_why) {

@@ -68,13 +68,16 @@ static const ConfigOption options[] = {
           OFF(intel_shared_dev_num), "1", 1, 1024, "containers that may share one Intel GPU" },
         { "intel.allocationPolicy", { "ALLOCATION_POLICY" }, "allocation-policy", OPTION_ALLOCATION_POLICY,
           OFF(intel_allocation_policy), "none", 0, 0, "none, balanced or packed" },
-        { "intel.allowIDs", { NULL }, "allow-ids", OPTION_STRV, OFF(intel_allow_ids), NULL, 0, 0,
-          "PCI device ids to serve (comma separated; empty: all)" },
-        { "intel.denyIDs", { NULL }, "deny-ids", OPTION_STRV, OFF(intel_deny_ids), NULL, 0, 0,
-          "PCI device ids never to serve" },
+        { "intel.allowIDs", { NULL }, "allow-ids", OPTION_PCI_IDS, OFF(intel_allow_ids), NULL, 0, 0,
+          "PCI device ids to serve, like 0x56c0 (comma separated; empty: all; not with deny-ids)" },
+        { "intel.denyIDs", { NULL }, "deny-ids", OPTION_PCI_IDS, OFF(intel_deny_ids), NULL, 0, 0,
+          "PCI device ids never to serve, like 0x56c0 (comma separated; not with allow-ids)" },
         { "intel.enableMonitoring", { NULL }, "enable-monitoring", OPTION_BOOL,
           OFF(intel_enable_monitoring), "false", 0, 0,
-          "advertise <driver>_monitoring: one device granting every Intel GPU" },
+          "advertise the monitoring resource(s) granting every Intel GPU (see monitoring-mode)" },
+        { "intel.monitoringMode", { NULL }, "monitoring-mode", OPTION_ENUM, OFF(intel_monitoring_mode), "single", 0, 0,
+          "monitoring resources: single (gpu.intel.com/monitoring) or split (i915_monitoring, xe_monitoring)",
+          config_intel_monitoring_mode_names },
         { "intel.resourceManager", { NULL }, "resource-manager", OPTION_BOOL, OFF(intel_resource_manager),
           "false", 0, 0, "Intel fractional resource manager (accepted for compatibility, not supported)" },
         { "intel.healthManagement", { NULL }, "health-management", OPTION_BOOL, OFF(intel_health_management),
@@ -100,6 +103,8 @@ static const ConfigOption options[] = {
           OFF(nvidia_fail_on_init_error), "true", 0, 0, "fail when NVIDIA GPUs cannot be read at start" },
         { "flags.nvidiaDriverRoot", { "NVIDIA_DRIVER_ROOT" }, "nvidia-driver-root", OPTION_PATH,
           OFF(nvidia_driver_root), "/", 0, 0, "root of the NVIDIA driver installation (nvidia-smi is looked up there)" },
+        { "flags.nvidiaDevRoot", { "NVIDIA_DEV_ROOT" }, "nvidia-dev-root", OPTION_PATH,
+          OFF(nvidia_dev_root), NULL, 0, 0, "root of the NVIDIA device nodes (default: the driver root)" },
         { "flags.plugin.passDeviceSpecs", { "PASS_DEVICE_SPECS" }, "pass-device-specs", OPTION_BOOL,
           OFF(nvidia_pass_device_specs), "false", 0, 0, "pass the NVIDIA device nodes in Allocate answers" },
         { "flags.plugin.deviceListStrategy", { "DEVICE_LIST_STRATEGY" }, "device-list-strategy",
@@ -123,6 +128,10 @@ static const ConfigOption options[] = {
         { "nvidia.healthRecoverPolls", { "KGPU_NVIDIA_HEALTH_RECOVER_POLLS" }, "nvidia-health-recover-polls",
           OPTION_UINT32, OFF(nvidia_health_recover_polls), "3", 1, 1000,
           "consecutive good polls before an unhealthy NVIDIA GPU is healthy again" },
+        /* Upstream's name for the same policy (before: kgpu's own variable wins over upstream's). */
+        { "flags.plugin.sharedDevicesAllocationPolicy", { "SHARED_DEVICES_ALLOCATION_POLICY" },
+          "shared-devices-allocation-policy", OPTION_ENUM, OFF(nvidia_replica_policy), NULL, 0, 0,
+          "same as nvidia.replicaPolicy", config_replica_policy_names, true },
         { "nvidia.replicaPolicy", { "KGPU_NVIDIA_REPLICA_POLICY" }, "replica-policy", OPTION_ENUM,
           OFF(nvidia_replica_policy), "distributed", 0, 0, "preferred replicas: distributed or packed",
           config_replica_policy_names },
@@ -150,19 +159,17 @@ static const ConfigOption options[] = {
         /* Keys of the NVIDIA file kgpu accepts without using them. */
         { "flags.mpsRoot", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0,
           "MPS pipes and logs are under runtimeDirectory/mps" },
-        { "flags.nvidiaDevRoot", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0,
-          "NVIDIA device nodes are always read from /dev" },
-        { "flags.restartOnDeviceUnhealthy", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0,
+        { "flags.restartOnDeviceUnhealthy", { NULL }, NULL, OPTION_NO_EFFECT_BOOL, 0, NULL, 0, 0,
           "unhealthy devices are reported, nothing is restarted" },
-        { "flags.useNodeFeatureAPI", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0,
-          "node labels go to labels.featureFile" },
-        { "flags.deviceDiscoveryStrategy", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0,
-          "GPUs are found with nvidia-smi; auto and nvml are accepted", config_device_discovery_strategy_names },
-        { "flags.gdsEnabled", { NULL }, NULL, OPTION_FALSE_ONLY, 0, NULL, 0, 0,
+        { "flags.useNodeFeatureAPI", { NULL }, NULL, OPTION_NO_EFFECT_BOOL, 0, NULL, 0, 0,
+          "node labels go to labels.featureFile, not to NodeFeature objects" },
+        { "flags.deviceDiscoveryStrategy", { NULL }, NULL, OPTION_DISCOVERY_STRATEGY, 0, NULL, 0, 0,
+          "GPUs are found with nvidia-smi" },
+        { "flags.gdsEnabled", { NULL }, NULL, OPTION_NO_EFFECT_BOOL, 0, NULL, 0, 0,
           "GPUDirect Storage devices are not passed to containers" },
-        { "flags.mofedEnabled", { NULL }, NULL, OPTION_FALSE_ONLY, 0, NULL, 0, 0,
+        { "flags.mofedEnabled", { NULL }, NULL, OPTION_NO_EFFECT_BOOL, 0, NULL, 0, 0,
           "MOFED devices are not passed to containers" },
-        { "flags.gdrcopyEnabled", { NULL }, NULL, OPTION_FALSE_ONLY, 0, NULL, 0, 0,
+        { "flags.gdrcopyEnabled", { NULL }, NULL, OPTION_NO_EFFECT_BOOL, 0, NULL, 0, 0,
           "GDRCopy devices are not passed to containers" },
         { "flags.plugin.nvidiaCTKPath", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0,
           "the probe writes the CDI spec itself" },
@@ -176,17 +183,17 @@ static const ConfigOption options[] = {
         { "flags.gfd.outputFile", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0,
           "labels come from the probe (labels.featureFile)" },
         { "flags.gfd.machineTypeFile", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0, "labels come from the probe" },
-        { "health.disabled", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0,
-          "health comes from nvidia-smi polls (nvidia.healthIntervalMs)" },
+        { "health.disabled", { NULL }, NULL, OPTION_NO_EFFECT_BOOL, 0, NULL, 0, 0,
+          "health comes from nvidia-smi polls, nvidia.healthIntervalMs: 0 turns them off" },
         { "health.eventTypes", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0,
           "health comes from nvidia-smi polls (nvidia.healthIntervalMs)" },
         { "health.ignoredXIDs", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0,
           "health comes from nvidia-smi polls (nvidia.healthIntervalMs)" },
         { "health.criticalXIDs", { NULL }, NULL, OPTION_IGNORED, 0, NULL, 0, 0,
           "health comes from nvidia-smi polls (nvidia.healthIntervalMs)" },
-        { "imex.channelIDs", { NULL }, NULL, OPTION_EMPTY_ONLY, 0, NULL, 0, 0,
+        { "imex.channelIDs", { NULL }, NULL, OPTION_IMEX_CHANNEL_IDS, 0, NULL, 0, 0,
           "IMEX channels are not passed to containers" },
-        { "imex.required", { NULL }, NULL, OPTION_FALSE_ONLY, 0, NULL, 0, 0,
+        { "imex.required", { NULL }, NULL, OPTION_NO_EFFECT_BOOL, 0, NULL, 0, 0,
           "IMEX channels are not passed to containers" },
         { "labels.featureFile", { "KGPU_LABELS_FEATURE_FILE" }, "labels-feature-file", OPTION_PATH,
           OFF(labels_feature_file), "/etc/kubernetes/node-feature-discovery/features.d/kgpu", 0, 0,
@@ -214,6 +221,7 @@ Config *config_free(Config *c) {
                         free(*(char **) p);
                         break;
                 case OPTION_STRV:
+                case OPTION_PCI_IDS:
                         strv_free(*(char ***) p);
                         break;
                 case OPTION_SHARED_RESOURCES: {
@@ -310,13 +318,70 @@ static void log_ignored(ParseContext *ctx, const ConfigOption *o, const char *ke
         log_notice("%s:%zu: %s: accepted and ignored: %s.", ctx->name, node->start_mark.line + 1, key, o->help);
 }
 
+static void log_no_effect(ParseContext *ctx, const char *key, yaml_node_t *node, const char *why) {
+        log_warning("%s:%zu: %s: accepted, no effect in kgpu: %s.", ctx->name, node->start_mark.line + 1, key, why);
+}
+
+/* The sections of the NVIDIA device plugin's v1 file (and health, which kgpu reads too). */
+static const char * const nvidia_sections[] = { "version", "flags", "resources", "sharing", "imex", "health", NULL };
+
+bool config_key_is_nvidia(const ParseContext *ctx, const char *key) {
+        size_t n = strcspn(key, ".");
+
+        for (size_t i = 0; nvidia_sections[i]; i++)
+                if (strlen(nvidia_sections[i]) == n && strncmp(nvidia_sections[i], key, n) == 0)
+                        return true;
+        /* A top-level key of an NVIDIA file: one a newer plugin added. */
+        return key[n] == 0 && ctx->nvidia_file;
+}
+
+bool config_node_is_null(const yaml_node_t *node) {
+        const char *v;
+
+        if (!node || node->type != YAML_SCALAR_NODE)
+                return false;
+        if (node->tag && streq((const char *) node->tag, YAML_NULL_TAG))
+                return true;
+        if (node->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+                return false;
+        v = (const char *) node->data.scalar.value;
+        return node->data.scalar.length == 0 || streq(v, "~") || streq(v, "null") || streq(v, "Null") ||
+               streq(v, "NULL");
+}
+
+static void log_unknown_nvidia_key(ParseContext *ctx, const char *key, const yaml_node_t *node) {
+        log_warning("%s:%zu: %s: unknown key, ignored (as the NVIDIA device plugin ignores keys it does not know).",
+                    ctx->name, node->start_mark.line + 1, key);
+}
+
+/* imex.channelIDs: a list of integers, [] or [0] as upstream checks at start. */
+static int parse_imex_channel_ids(ParseContext *ctx, const char *key, yaml_node_t *node) {
+        size_t n = 0;
+
+        for (yaml_node_item_t *i = node->data.sequence.items.start; i < node->data.sequence.items.top; i++, n++) {
+                yaml_node_t *item = yaml_document_get_node(ctx->doc, *i);
+                int32_t id;
+
+                if (!item || item->type != YAML_SCALAR_NODE ||
+                    safe_atoi32((char *) item->data.scalar.value, &id) < 0)
+                        return config_parse_error(ctx, item ?: node, key, "expected a list of integers, [] or [0]");
+                if (id != 0 || n > 0)
+                        return config_parse_error(ctx, node, key, "channelIDs must be [] or [0] (as the NVIDIA device plugin requires)");
+        }
+        if (n > 0)
+                log_no_effect(ctx, key, node, "IMEX channels are not passed to containers");
+        return 0;
+}
+
 /* A YAML list for o: the list types, the strategies and the accepted-and-ignored keys. */
 static int parse_list(ParseContext *ctx, const ConfigOption *o, const char *key, yaml_node_t *node) {
         _cleanup_strv_free_ char **l = NULL;
         uint32_t set = 0;
 
+        if (o->type == OPTION_IMEX_CHANNEL_IDS)
+                return parse_imex_channel_ids(ctx, key, node);
         if (o->type != OPTION_STRV && o->type != OPTION_DEVICE_LIST_STRATEGY &&
-            o->type != OPTION_IGNORED && o->type != OPTION_EMPTY_ONLY)
+            o->type != OPTION_IGNORED && o->type != OPTION_PCI_IDS)
                 return config_parse_error(ctx, node, key, "expected a single value, got a list");
         for (yaml_node_item_t *i = node->data.sequence.items.start; i < node->data.sequence.items.top; i++) {
                 yaml_node_t *n = yaml_document_get_node(ctx->doc, *i);
@@ -336,6 +401,19 @@ static int parse_list(ParseContext *ctx, const ConfigOption *o, const char *key,
                 }
                 if (o->type == OPTION_IGNORED && o->names && !config_names_contain(o->names, (char *) n->data.scalar.value))
                         return config_parse_error(ctx, n, key, "not supported by kgpu, got '%s'", (char *) n->data.scalar.value);
+                if (o->type == OPTION_PCI_IDS) {
+                        const char *why = NULL;
+                        char *id = NULL;
+                        int r = config_pci_id_item((char *) n->data.scalar.value, n->data.scalar.length, &id, &why);
+
+                        if (r == -ENOMEM)
+                                return r;
+                        if (r < 0)
+                                return config_parse_error(ctx, n, key, "%s, got '%s'", why, (char *) n->data.scalar.value);
+                        if (strv_consume(&l, id) < 0)
+                                return -ENOMEM;
+                        continue;
+                }
                 if (strv_extend(&l, (char *) n->data.scalar.value) < 0)
                         return -ENOMEM;
         }
@@ -347,10 +425,6 @@ static int parse_list(ParseContext *ctx, const ConfigOption *o, const char *key,
                 return 0;
         case OPTION_IGNORED:
                 log_ignored(ctx, o, key, node);
-                return 0;
-        case OPTION_EMPTY_ONLY:
-                if (l)
-                        return config_parse_error(ctx, node, key, "not supported by kgpu (%s), only an empty list is accepted", o->help);
                 return 0;
         default:
                 break;
@@ -366,12 +440,26 @@ static int parse_value(ParseContext *ctx, const char *key, yaml_node_t *node) {
         int r;
 
         if (!o) {
-                /* "sharing:" or "mps:" with nothing under it is null, as in the NVIDIA plugin. */
-                if (node->type == YAML_SCALAR_NODE && node->data.scalar.length == 0 &&
-                    node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE && key_is_section(key))
+                if (key_is_section(key)) {
+                        /* "sharing:" or "mps: null" is unset, as upstream; except timeSlicing,
+                         * which upstream reads with its own reader, and that needs resources. */
+                        if (config_node_is_null(node) && streq(key, "sharing.timeSlicing"))
+                                return config_parse_error(ctx, node, key, "no resources specified");
+                        if (config_node_is_null(node))
+                                return 0;
+                        return config_parse_error(ctx, node, key, "expected a mapping");
+                }
+                if (config_key_is_nvidia(ctx, key)) {
+                        log_unknown_nvidia_key(ctx, key, node);
                         return 0;
+                }
                 return config_parse_error(ctx, node, NULL, "unknown key '%s'", key);
         }
+        /* An NVIDIA key set to null is unset (what upstream's marshalling writes for unset
+         * flags); the lists of resources read their null themselves. */
+        if (config_node_is_null(node) && config_key_is_nvidia(ctx, key) &&
+            o->type != OPTION_SHARED_RESOURCES && o->type != OPTION_RESOURCE_PATTERNS)
+                return 0;
         if (o->type == OPTION_SHARED_RESOURCES)
                 return config_parse_shared_resources(ctx, o, key, node);
         if (o->type == OPTION_RESOURCE_PATTERNS)
@@ -391,7 +479,9 @@ static int parse_value(ParseContext *ctx, const char *key, yaml_node_t *node) {
                 return config_parse_error(ctx, node, key, "%s (%s), got '%s'", why, o->help, (char *) node->data.scalar.value);
         if (r < 0)
                 return config_parse_error(ctx, node, key, "%s, got '%s'", why, (char *) node->data.scalar.value);
-        if (o->type == OPTION_IGNORED)
+        if (r == CONFIG_NO_EFFECT)
+                log_no_effect(ctx, key, node, why);
+        else if (o->type == OPTION_IGNORED || o->type == OPTION_DISCOVERY_STRATEGY)
                 log_ignored(ctx, o, key, node);
         return 0;
 }
@@ -425,10 +515,16 @@ static int parse_mapping(ParseContext *ctx, const char *prefix, yaml_node_t *nod
                                 return -ENOMEM;
                 }
 
-                if (v->type == YAML_MAPPING_NODE && streq(key, "sharing.timeSlicing"))
+                if (v->type == YAML_MAPPING_NODE && streq(key, "sharing.timeSlicing")) {
                         ctx->time_slicing_line = v->start_mark.line + 1;
-                else if (v->type == YAML_MAPPING_NODE && streq(key, "sharing.mps"))
+                        ctx->time_slicing_empty = v->data.mapping.pairs.top == v->data.mapping.pairs.start;
+                } else if (v->type == YAML_MAPPING_NODE && streq(key, "sharing.mps"))
                         ctx->mps_line = v->start_mark.line + 1;
+                if (v->type != YAML_SCALAR_NODE && !option_by_key(key) && !key_is_section(key) &&
+                    config_key_is_nvidia(ctx, key)) {
+                        log_unknown_nvidia_key(ctx, key, k);    /* a newer plugin's section: skipped whole */
+                        continue;
+                }
                 if (v->type == YAML_MAPPING_NODE && !option_by_key(key))
                         r = parse_mapping(ctx, key, v, depth + 1);
                 else
@@ -464,6 +560,14 @@ static int parse_yaml(Config *c, const char *text, size_t len, const char *name,
         }
         ctx.doc = &doc;
         root = yaml_document_get_root_node(&doc);
+        if (root && root->type == YAML_MAPPING_NODE)
+                for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
+                        yaml_node_t *k = yaml_document_get_node(&doc, p->key);
+
+                        if (k && k->type == YAML_SCALAR_NODE && strlen((char *) k->data.scalar.value) == k->data.scalar.length &&
+                            !strchr((char *) k->data.scalar.value, '.') && config_key_is_nvidia(&ctx, (char *) k->data.scalar.value))
+                                ctx.nvidia_file = true;
+                }
         if (!root)
                 r = 0;  /* empty file: all defaults */
         else if (root->type == YAML_SCALAR_NODE && root->data.scalar.length == 0)
@@ -505,6 +609,8 @@ static int apply_environment(Config *c, char **ret_error) {
                                         *ret_error = NULL;
                                 return r;
                         }
+                        if (r == CONFIG_NO_EFFECT)
+                                log_warning("Environment variable %s: accepted, no effect in kgpu: %s.", options[i].env[j], why);
                         break;
                 }
         return 0;
@@ -530,6 +636,8 @@ static int apply_overrides(Config *c, const ConfigOverride *ov, size_t n, char *
                                 *ret_error = NULL;
                         return r;
                 }
+                if (r == CONFIG_NO_EFFECT)
+                        log_warning("--%s: accepted, no effect in kgpu: %s.", ov[i].flag, why);
         }
         return 0;
 }
@@ -569,6 +677,9 @@ static int config_build(const char *text, size_t len, const char *name,
         if (r < 0)
                 goto fail;
         r = apply_overrides(c, overrides, n_overrides, &error);
+        if (r < 0)
+                goto fail;
+        r = config_intel_check(c, &error);
         if (r < 0)
                 goto fail;
         r = finish(c);

@@ -10,15 +10,17 @@
  * the file, line and key ("/etc/kgpu/kgpu.yaml:12: intel.sharedDevNum: expected an
  * unsigned integer, got 'x'"), the variable or the flag.
  *
- * Unknown keys in the file are errors. The file may be absent only when it is the
- * default path; a path given by flag or environment must exist.
+ * Unknown keys in kgpu's own sections are errors. The file may be absent only when it
+ * is the default path; a path given by flag or environment must exist.
  *
  * The NVIDIA device plugin's `version: v1` file is a kgpu.yaml as it is: its flags.*,
- * sharing.*, resources.*, imex.* and health.* keys are in the same table. Keys kgpu has
- * no use for are accepted and logged at notice; values that would change behaviour kgpu
- * does not have (gdsEnabled: true, custom resources names, IMEX channels, a tegra device
- * discovery) are errors. sharing.timeSlicing and sharing.mps are mutually exclusive and
- * need a non-empty resources list when present.
+ * sharing.*, resources.*, imex.* and health.* keys are in the same table, and kgpu
+ * accepts every file upstream accepts. In those sections a null value leaves a key unset
+ * and an unknown key is logged at warning and ignored, as upstream. Keys kgpu has no use
+ * for are logged at notice; values asking for what kgpu does not do (gdsEnabled: true,
+ * custom resource names, IMEX channel 0, a tegra device discovery, a devices count) are
+ * accepted and logged at warning ("accepted, no effect in kgpu"). Both sharing sections:
+ * MPS wins, as upstream. A sharing section present needs a non-empty resources list.
  */
 #pragma once
 
@@ -43,6 +45,13 @@ typedef enum ConfigByPath {
         BY_PATH_ALL,                    /* the whole /dev/dri/by-path directory, read-only */
         BY_PATH_NONE,
 } ConfigByPath;
+
+/* intel.monitoringMode (the Intel plugin's -monitoring-mode): the monitoring resource(s)
+ * that intel.enableMonitoring advertises. */
+typedef enum ConfigIntelMonitoringMode {
+        INTEL_MONITORING_MODE_SINGLE,   /* one gpu.intel.com/monitoring for every Intel GPU (default) */
+        INTEL_MONITORING_MODE_SPLIT,    /* gpu.intel.com/i915_monitoring and xe_monitoring, per driver */
+} ConfigIntelMonitoringMode;
 
 /* flags.migStrategy (the NVIDIA plugin's -mig-strategy, MIG_STRATEGY). */
 typedef enum ConfigMigStrategy {
@@ -83,7 +92,7 @@ typedef enum ConfigReplicaPolicy {
 typedef struct ConfigSharedResource {
         char *name;             /* "nvidia.com/gpu", "nvidia.com/mig-1g.10gb" (required; MPS: gpu only) */
         char *rename;           /* NULL: name, or "<name>.shared" with renameByDefault (an explicit rename wins) */
-        uint32_t replicas;      /* required, 1..1024 (the NVIDIA plugin refuses < 1) */
+        uint32_t replicas;      /* required; time-slicing 2..1024 (as the NVIDIA plugin), MPS 1..1024 (nos fork) */
         uint64_t memory_bytes;  /* MPS only (nos fork): memoryGB * 2^30 per replica; 0: GPU memory / replicas */
         char **devices;         /* NULL: "all"; else GPU indexes ("0", never "007"), MIG indexes ("0:1"),
                                  * GPU UUIDs or MIG UUIDs, each once (MPS: no MIG ones) */
@@ -127,9 +136,10 @@ typedef struct Config {
         bool intel_enabled;             /* intel.enabled (default true) */
         uint32_t intel_shared_dev_num;  /* intel.sharedDevNum, --shared-dev-num (default 1) */
         ConfigAllocationPolicy intel_allocation_policy; /* intel.allocationPolicy, --allocation-policy */
-        char **intel_allow_ids;         /* intel.allowIDs: PCI device ids, empty = all */
-        char **intel_deny_ids;          /* intel.denyIDs */
+        char **intel_allow_ids;         /* intel.allowIDs: PCI device ids "0x56c0", empty = all */
+        char **intel_deny_ids;          /* intel.denyIDs (never both lists: config_load() refuses it) */
         bool intel_enable_monitoring;   /* intel.enableMonitoring, -enable-monitoring */
+        ConfigIntelMonitoringMode intel_monitoring_mode; /* intel.monitoringMode, -monitoring-mode (default single) */
         bool intel_resource_manager;    /* intel.resourceManager, -resource-manager (accepted, not supported) */
         bool intel_health_management;   /* intel.healthManagement, -health-management (accepted; health is udev's) */
         ConfigByPath intel_by_path;     /* intel.byPath, -bypath (default single) */
@@ -144,6 +154,7 @@ typedef struct Config {
         ConfigMigStrategy nvidia_mig_strategy; /* flags.migStrategy, MIG_STRATEGY, --mig-strategy (default none) */
         bool nvidia_fail_on_init_error; /* flags.failOnInitError, FAIL_ON_INIT_ERROR, --fail-on-init-error (default true) */
         char *nvidia_driver_root;       /* flags.nvidiaDriverRoot, NVIDIA_DRIVER_ROOT, --nvidia-driver-root (default /) */
+        char *nvidia_dev_root;          /* flags.nvidiaDevRoot, NVIDIA_DEV_ROOT, --nvidia-dev-root (NULL: the driver root) */
         bool nvidia_pass_device_specs;  /* flags.plugin.passDeviceSpecs, PASS_DEVICE_SPECS, --pass-device-specs (default false) */
         uint32_t nvidia_device_list_strategy; /* DEVICE_LIST_STRATEGY_* set; flags.plugin.deviceListStrategy,
                                                * DEVICE_LIST_STRATEGY, --device-list-strategy (default envvar) */
@@ -155,7 +166,8 @@ typedef struct Config {
         ConfigMpsLauncher nvidia_mps_launcher; /* nvidia.mpsLauncher, KGPU_NVIDIA_MPS_LAUNCHER: auto (default) | systemd | direct */
         uint32_t nvidia_health_interval_ms; /* nvidia.healthIntervalMs, KGPU_NVIDIA_HEALTH_INTERVAL_MS (default 10000, 0: no polling) */
         uint32_t nvidia_health_recover_polls; /* nvidia.healthRecoverPolls (default 3): good polls before Healthy again */
-        ConfigReplicaPolicy nvidia_replica_policy; /* nvidia.replicaPolicy: distributed (default) | packed */
+        ConfigReplicaPolicy nvidia_replica_policy; /* nvidia.replicaPolicy, flags.plugin.sharedDevicesAllocationPolicy:
+                                                    * distributed (default) | packed */
         ConfigSharing nvidia_time_slicing;      /* sharing.timeSlicing */
         ConfigSharing nvidia_mps;               /* sharing.mps */
         /* Probe outputs; NULL (empty value) disables. */
@@ -203,6 +215,7 @@ void config_print_flags_help(void);
 
 const char *config_allocation_policy_to_string(ConfigAllocationPolicy p);
 const char *config_by_path_to_string(ConfigByPath b);
+const char *config_intel_monitoring_mode_to_string(ConfigIntelMonitoringMode m);
 const char *config_mig_strategy_to_string(ConfigMigStrategy s);
 const char *config_device_id_strategy_to_string(ConfigDeviceIdStrategy s);
 const char *config_replica_policy_to_string(ConfigReplicaPolicy p);

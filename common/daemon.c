@@ -2,7 +2,6 @@
 /* daemon.c — the steps of start-up and shutdown every daemon shares (see daemon.h). */
 
 #include <errno.h>
-#include <getopt.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
@@ -16,6 +15,7 @@
 #include "common/bus-introspect.h"
 #include "common/daemon.h"
 #include "common/log.h"
+#include "common/opt-parse.h"
 #include "common/util.h"
 
 enum {
@@ -35,6 +35,8 @@ void daemon_args_done(DaemonArgs *a) {
 static void help(const DaemonInfo *info) {
         printf("%s [OPTIONS...]\n\n"
                "%s\n\n"
+               "Options take one or two dashes (-config FILE, --config=FILE) and are never\n"
+               "abbreviated.\n\n"
                "  -h --help            Show this help\n"
                "     --version         Show the version\n"
                "     --introspect      Print the D-Bus interface XML generated from the vtables and exit\n"
@@ -43,44 +45,65 @@ static void help(const DaemonInfo *info) {
         for (const DaemonVerb *v = info->verbs; v && v->name; v++)
                 printf("     --%-16s%s\n", v->name, v->help);
         config_print_flags_help();
+        klog_print_help();
 }
 
-int daemon_parse_argv(const DaemonInfo *info, int argc, char *argv[], DaemonArgs *ret) {
+/* Our own options, the verbs, klog's flags and the configuration flags in one table. */
+static struct option *daemon_options(const DaemonInfo *info, size_t n_verbs) {
         static const struct option own[] = {
                 { "help",       no_argument,       NULL, 'h'            },
+                { "h",          no_argument,       NULL, 'h'            },
                 { "version",    no_argument,       NULL, ARG_VERSION    },
                 { "introspect", no_argument,       NULL, ARG_INTROSPECT },
                 { "config",     required_argument, NULL, ARG_CONFIG     },
                 { "config-file", required_argument, NULL, ARG_CONFIG    }, /* the NVIDIA plugin's name */
         };
-        _cleanup_free_ struct option *options = NULL;
-        _cleanup_free_ ConfigOverride *overrides = NULL;
-        const struct option *cfg = config_getopt_options();
-        const char *config_path = NULL, *verb = NULL;
-        size_t n_cfg = 0, n_verbs = 0, n = 0;
-        int c;
+        const struct option *cfg = config_getopt_options(), *klog = klog_getopt_options();
+        size_t n_cfg = 0, n_klog = 0, n = ELEMENTSOF(own);
+        struct option *options;
 
         while (cfg[n_cfg].name)
                 n_cfg++;
+        while (klog[n_klog].name)
+                n_klog++;
+        options = calloc(ELEMENTSOF(own) + n_verbs + n_klog + n_cfg + 1, sizeof(struct option));
+        if (!options)
+                return NULL;
+        memcpy(options, own, sizeof(own));
+        for (size_t i = 0; i < n_verbs; i++)
+                options[n++] = (struct option) {
+                        .name = info->verbs[i].name, .has_arg = no_argument, .val = ARG_VERB_BASE + (int) i,
+                };
+        memcpy(options + n, klog, n_klog * sizeof(struct option));
+        memcpy(options + n + n_klog, cfg, n_cfg * sizeof(struct option));
+        return options;
+}
+
+int daemon_parse_argv(const DaemonInfo *info, int argc, char *argv[], DaemonArgs *ret) {
+        _cleanup_free_ struct option *options = NULL;
+        _cleanup_free_ ConfigOverride *overrides = NULL;
+        const char *config_path = NULL, *verb = NULL, *value;
+        KlogFlags klog = {};
+        size_t n_verbs = 0, n = 0;
+        OptParser p;
+        int c;
+
         while (info->verbs && info->verbs[n_verbs].name)
                 n_verbs++;
         if (n_verbs > DAEMON_VERBS_MAX)
                 return log_error_errno(-E2BIG, "%s declares more than %d verbs.", info->name, DAEMON_VERBS_MAX);
-        options = calloc(ELEMENTSOF(own) + n_verbs + n_cfg + 1, sizeof(struct option));
+        options = daemon_options(info, n_verbs);
         overrides = calloc((size_t) MAX(argc, 1), sizeof(ConfigOverride));
         if (!options || !overrides)
                 return log_oom();
-        memcpy(options, own, sizeof(own));
-        for (size_t i = 0; i < n_verbs; i++)
-                options[ELEMENTSOF(own) + i] = (struct option) {
-                        .name = info->verbs[i].name, .has_arg = no_argument, .val = ARG_VERB_BASE + (int) i,
-                };
-        memcpy(options + ELEMENTSOF(own) + n_verbs, cfg, n_cfg * sizeof(struct option));
 
-        optind = 0;
-        /* _only: the Intel plugin's single-dash Go flags (-shared-dev-num 2) work too. */
-        while ((c = getopt_long_only(argc, argv, "h", options, NULL)) >= 0)
+        /* Go's flag package rules (opt-parse.h): the Intel plugin's single-dash flags
+         * (-shared-dev-num 2) and klog's (-v 4) work, and nothing is abbreviated. */
+        opt_parser_init(&p, argc, argv, options);
+        while ((c = opt_next(&p, &value)) != 0)
                 switch (c) {
+                case -EINVAL:
+                        return log_error_errno(c, "%s: %s; see %s --help.", p.arg, p.error, info->name);
                 case 'h':
                         help(info);
                         return 0;
@@ -92,10 +115,8 @@ int daemon_parse_argv(const DaemonInfo *info, int argc, char *argv[], DaemonArgs
                                 return info->introspect() < 0 ? -EIO : 0;
                         return bus_introspect_print(NULL, 0) < 0 ? -EIO : 0;
                 case ARG_CONFIG:
-                        config_path = optarg;
+                        config_path = value;
                         break;
-                case '?':
-                        return -EINVAL;
                 case ARG_VERB_BASE ... ARG_VERB_BASE + DAEMON_VERBS_MAX - 1:
                         if (verb && !streq(verb, info->verbs[c - ARG_VERB_BASE].name))
                                 return log_error_errno(-EINVAL, "--%s and --%s exclude each other.",
@@ -103,21 +124,32 @@ int daemon_parse_argv(const DaemonInfo *info, int argc, char *argv[], DaemonArgs
                         verb = info->verbs[c - ARG_VERB_BASE].name;
                         break;
                 default: {
-                        const char *flag = config_flag_by_val(c);
+                        const char *flag = config_flag_by_val(c), *why = NULL;
 
+                        if (klog_option_val(c)) {
+                                int r = klog_flag_apply(&klog, c, value, &why);
+
+                                if (r < 0)
+                                        return log_error_errno(r, "%s: %s, got '%s'.", p.arg, why, value ?: "");
+                                /* -v N is --log-level, in its place among the flags: the later one wins. */
+                                if (r > 0)
+                                        overrides[n++] = (ConfigOverride) { .flag = "log-level", .value = klog.log_level };
+                                break;
+                        }
                         if (!flag)
                                 return log_error_errno(-EINVAL, "Unhandled option %d.", c);
-                        overrides[n++] = (ConfigOverride) { .flag = flag, .value = optarg };
+                        overrides[n++] = (ConfigOverride) { .flag = flag, .value = value };
                 }
                 }
-        if (optind < argc)
-                return log_error_errno(-EINVAL, "%s takes no arguments (got '%s').", info->name, argv[optind]);
+        if (p.index < argc)
+                return log_error_errno(-EINVAL, "%s takes no arguments (got '%s').", info->name, argv[p.index]);
 
         *ret = (DaemonArgs) {
                 .config_path = config_path,
                 .overrides = TAKE_PTR(overrides),
                 .n_overrides = n,
                 .verb = verb,
+                .klog = klog,
         };
         return 1;
 }
@@ -243,6 +275,9 @@ static int daemon_run(Daemon *d, int argc, char *argv[]) {
         r = daemon_parse_argv(d->info, argc, argv, &d->args);
         if (r <= 0)
                 return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+        if (klog_flags_log_to_stderr(&d->args.klog))
+                log_set_target_stderr();        /* -logtostderr: the flag beats KGPU_LOG_TARGET */
+        klog_flags_log_ignored(&d->args.klog);
         if (d->args.verb)
                 return d->hooks->verb(&d->args);
 

@@ -4,12 +4,17 @@
  * configuration, and dropping root.
  *
  * daemon_parse_argv() handles --help, --version, --introspect, --config=FILE, every
- * configuration flag (config_getopt_options()) and the daemon's own verbs (a
+ * configuration flag (config_getopt_options()), klog's logging flags (klog-flags.h:
+ * -v N is --log-level, the others are kept in DaemonArgs.klog) and the daemon's
+ * own verbs (a
  * DaemonInfo.verbs entry "remove-outputs" is the flag --remove-outputs: do that one job
  * with the configuration and exit, instead of running the daemon). It returns 1 to go
  * on, 0 when the process should exit successfully (help, version, introspection
  * printed), or a negative errno (already logged). The collected DaemonArgs are kept so a
- * reload can apply the same command line again (daemon_load_config()).
+ * reload can apply the same command line again (daemon_load_config()). Options follow
+ * Go's flag package (opt-parse.h): one or two dashes, "-flag value" or "-flag=value",
+ * exact names only (no abbreviation: "-v" is klog's verbosity, never --version);
+ * an unknown option or any argument is an error.
  *
  * privileges_drop() turns a root process into `user` with libcap-ng: no supplementary
  * groups, no capabilities, bounding set cleared, and verifies there is no way back.
@@ -17,7 +22,8 @@
  *
  * daemon_main() is the whole main() of a daemon (DEFINE_DAEMON_MAIN): it runs the steps
  * every daemon shares, in this order, and calls the daemon's DaemonHooks between them:
- * logging, the command line (a verb runs hooks->verb instead of the rest), the
+ * logging, the command line (a verb runs hooks->verb instead of the rest; -logtostderr
+ * switches logging to stderr here, then the klog flags without effect are noted), the
  * configuration, the privilege drop (hooks->user; the probe stays root), the event loop,
  * SIGTERM/SIGINT (end the loop with 0) and SIGHUP (hooks->reload), hooks->start (builds
  * the daemon from the configuration and takes its bus name), the watchdog,
@@ -28,6 +34,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <systemd/sd-bus.h>
@@ -35,6 +42,7 @@
 
 #include "common/cleanup.h"
 #include "common/config.h"
+#include "common/klog-flags.h"
 
 typedef struct DaemonVerb {
         const char *name;               /* "remove-outputs": the flag --remove-outputs */
@@ -53,6 +61,7 @@ typedef struct DaemonArgs {
         ConfigOverride *overrides;      /* values borrowed from argv */
         size_t n_overrides;
         const char *verb;               /* DaemonVerb.name given, NULL: run the daemon */
+        KlogFlags klog;                 /* klog's flags given (-v is also in overrides) */
 } DaemonArgs;
 
 void daemon_args_done(DaemonArgs *a);

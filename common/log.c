@@ -82,6 +82,10 @@ void log_parse_environment(void) {
                 log_to_journal = 0;
 }
 
+void log_set_target_stderr(void) {
+        log_to_journal = 0;
+}
+
 int log_internal(int level, int error, const char *file, int line, const char *func,
                  const char *message_id, const char *format, ...) {
         static const char * const prefix[] = {

@@ -23,6 +23,8 @@ int log_get_max_level(void);
 int log_level_from_string(const char *s);
 /* KGPU_LOG_LEVEL and KGPU_LOG_TARGET (stderr|journal|auto). */
 void log_parse_environment(void);
+/* Logs to stderr from now on, whatever KGPU_LOG_TARGET says (klog's -logtostderr). */
+void log_set_target_stderr(void);
 
 int log_internal(int level, int error, const char *file, int line, const char *func,
                  const char *message_id, const char *format, ...) _printf_(7, 8);

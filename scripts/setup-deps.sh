@@ -9,7 +9,10 @@ export DEBIAN_FRONTEND=noninteractive
 # build-essential: dpkg-buildpackage checks for it (package tests, the README's .deb
 # line); python3-dbus: dbus-python (integ-hostile-dbus, integ-nvidia-mps-probe);
 # python3-gi: GLib's main loop for dbus-python services (integ-gate's fake broker);
-# libglib2.0-bin: gdbus (integ-broker-errors); xz-utils: the .rpm's source tarball.
+# libglib2.0-bin: gdbus (integ-broker-errors); xz-utils: the .rpm's source tarball;
+# podman, crun, runc, busybox-static: a real CDI consumer (integ-cdi-consumer; runc where
+# crun refuses hybrid cgroups), with golang-go
+# and the CDI library's -dev package as its fallback where podman cannot run.
 pkgs="
 build-essential meson ninja-build gcc clang pkg-config git xz-utils
 libsystemd-dev libudev-dev libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler
@@ -19,6 +22,7 @@ dbus util-linux sqlite3 libxml2-utils procps psmisc
 python3 python3-grpcio python3-grpc-tools python3-protobuf python3-hpack python3-dbus python3-gi
 libclang-rt-14-dev valgrind
 debootstrap systemd-container debhelper dpkg-dev lintian rpm rpmlint acl man-db piuparts
+podman crun runc busybox-static golang-go golang-github-container-orchestrated-devices-container-device-interface-dev
 "
 if [ -z "${KGPU_SKIP_APT_UPDATE:-}" ]; then
         apt-get update -q

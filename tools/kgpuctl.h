@@ -9,6 +9,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include <systemd/sd-bus.h>
 
@@ -19,6 +20,7 @@ typedef struct Ctl {
         bool json;
         const char *config_path;        /* --config=FILE, NULL: the default */
         Config *config;                 /* loaded on first use by ctl_load_config() */
+        int exit_status;                /* set by a command that fails with its own status; 0: 1 */
 } Ctl;
 
 /* Loads kgpu.yaml (and the environment) once; prints a clear error on failure. */
@@ -40,3 +42,8 @@ int ctl_allocations(Ctl *c, int argc, char **argv);
 int ctl_labels(Ctl *c, int argc, char **argv);
 int ctl_rescan(Ctl *c, int argc, char **argv);
 int ctl_render_device(Ctl *c, int argc, char **argv);
+/* render-device's arguments: whether s is meant as N ("2", "0", "-1"); whether the
+ * newest of the n arguments so far (args[n - 1]) starts the command, after which
+ * nothing is an option of ours. */
+bool ctl_render_device_looks_numeric(const char *s);
+bool ctl_render_device_command_starts(char **args, size_t n);

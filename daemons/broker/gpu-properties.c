@@ -297,7 +297,7 @@ fail:
 typedef struct GpuProps {
         char *id, *vendor, *driver, *card, *render, *health, *reason, *uuid, *product,
                 *compute_mode, *mig_mode, *compute_capability, *mps_state, *mps_pipe;
-        char **nodes, **by_path;
+        char **nodes, **by_path, **mei;
         MigDeviceInfo *mig;
         GpuLinkInfo *links;
         size_t n_mig, n_links;
@@ -324,6 +324,7 @@ static void gpu_props_done(GpuProps *p) {
         free(p->mps_pipe);
         strv_free(p->nodes);
         strv_free(p->by_path);
+        strv_free(p->mei);
         mig_devices_free(p->mig, p->n_mig);
         links_free(p->links, p->n_links);
 }
@@ -370,7 +371,8 @@ static int gpu_property(sd_bus_message *msg, const char *name, const char *conte
             (streq(name, "MemoryBytes") && !streq(contents, "t")) ||
             (streq(name, "MigDevices") && !streq(contents, "a(ussuuast)")) ||
             (streq(name, "Links") && !streq(contents, "a(ssy)")) ||
-            ((streq(name, "DeviceNodes") || streq(name, "ByPathNodes")) && !streq(contents, "as"))) {
+            ((streq(name, "DeviceNodes") || streq(name, "ByPathNodes") || streq(name, "MeiNodes")) &&
+             !streq(contents, "as"))) {
                 p->bad = true;
                 return 0;
         }
@@ -390,6 +392,10 @@ static int gpu_property(sd_bus_message *msg, const char *name, const char *conte
         }
         if (streq(name, "DeviceNodes") || streq(name, "ByPathNodes")) {
                 r = read_node_array(msg, streq(name, "DeviceNodes") ? &p->nodes : &p->by_path, &p->bad);
+                return r < 0 ? r : 1;
+        }
+        if (streq(name, "MeiNodes")) {
+                r = read_node_array(msg, &p->mei, &p->bad);
                 return r < 0 ? r : 1;
         }
         if (streq(name, "DeviceId")) {
@@ -480,6 +486,10 @@ static void gpu_props_move(GpuProps *p, GpuInfo *info) {
         if (p->by_path) {
                 strv_free(info->by_path_nodes);
                 info->by_path_nodes = TAKE_PTR(p->by_path);
+        }
+        if (p->mei) {
+                strv_free(info->mei_nodes);
+                info->mei_nodes = TAKE_PTR(p->mei);
         }
         if (p->health)
                 info->healthy = streq(p->health, "Healthy");

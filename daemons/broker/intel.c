@@ -35,6 +35,7 @@ typedef struct IntelState {
         uint32_t shared_dev_num;        /* >= 1 */
         ConfigAllocationPolicy policy;
         bool monitoring;
+        ConfigIntelMonitoringMode monitoring_mode;
         ConfigByPath by_path;
         bool cdi_devices;
         /* The last device list built per resource (devices_view). */
@@ -76,6 +77,7 @@ static int state_new(Resources *r, bool enabled) {
                 return -ENOMEM;
         s->enabled = enabled;
         s->shared_dev_num = 1;
+        s->monitoring_mode = INTEL_MONITORING_MODE_SPLIT;
         s->by_path = BY_PATH_SINGLE;
         intel_state_free(state(r));
         resources_backend_set_state(r, &intel_backend, s);
@@ -234,34 +236,47 @@ int resources_set_intel_options(Resources *r, uint32_t shared_dev_num, ConfigAll
         return 0;
 }
 
-/* The monitoring resource of an Intel resource name (static strings), or NULL. */
+int resources_set_intel_monitoring_mode(Resources *r, ConfigIntelMonitoringMode mode) {
+        IntelState *s = state(r);
+
+        if (!s)
+                return -ENXIO;
+        if (mode != INTEL_MONITORING_MODE_SINGLE && mode != INTEL_MONITORING_MODE_SPLIT)
+                return -EINVAL;
+        memo_clear(s);
+        s->monitoring_mode = mode;
+        return 0;
+}
+
+/* The monitoring resource of an Intel resource name (static strings), or NULL: the
+ * combined one in mode single, the driver's in mode split. */
 static const char *monitoring_name(const Resources *r, const char *name) {
         const IntelState *s = state(r);
 
         if (!s || !s->monitoring || !name)
                 return NULL;
-        if (streq(name, RESOURCE_INTEL_I915))
-                return RESOURCE_INTEL_I915 RESOURCE_MONITORING_SUFFIX;
-        if (streq(name, RESOURCE_INTEL_XE))
-                return RESOURCE_INTEL_XE RESOURCE_MONITORING_SUFFIX;
-        return NULL;
-}
-
-/* The Intel resource a monitoring resource covers, or NULL. */
-static const char *monitored_name(const Resources *r, const char *resource) {
-        const IntelState *s = state(r);
-
-        if (!s || !s->monitoring || !resource)
+        if (!streq(name, RESOURCE_INTEL_I915) && !streq(name, RESOURCE_INTEL_XE))
                 return NULL;
-        if (streq(resource, RESOURCE_INTEL_I915 RESOURCE_MONITORING_SUFFIX))
-                return RESOURCE_INTEL_I915;
-        if (streq(resource, RESOURCE_INTEL_XE RESOURCE_MONITORING_SUFFIX))
-                return RESOURCE_INTEL_XE;
-        return NULL;
+        if (s->monitoring_mode == INTEL_MONITORING_MODE_SINGLE)
+                return RESOURCE_INTEL_MONITORING;
+        return streq(name, RESOURCE_INTEL_I915) ? RESOURCE_INTEL_I915 RESOURCE_MONITORING_SUFFIX
+                                                : RESOURCE_INTEL_XE RESOURCE_MONITORING_SUFFIX;
 }
 
 bool resources_is_monitoring(const Resources *r, const char *resource) {
-        return monitored_name(r, resource);
+        const IntelState *s = state(r);
+
+        if (!s || !s->monitoring || !resource)
+                return false;
+        if (s->monitoring_mode == INTEL_MONITORING_MODE_SINGLE)
+                return streq(resource, RESOURCE_INTEL_MONITORING);
+        return streq(resource, RESOURCE_INTEL_I915 RESOURCE_MONITORING_SUFFIX) ||
+               streq(resource, RESOURCE_INTEL_XE RESOURCE_MONITORING_SUFFIX);
+}
+
+/* Whether the monitoring resource grants this GPU. */
+static bool monitoring_covers(const Resources *r, const char *resource, const GpuInfo *info) {
+        return streq_ptr(monitoring_name(r, intel_name_for_gpu(r, info)), resource);
 }
 
 static uint32_t intel_share_limit(const Resources *r, const char *resource) {
@@ -369,16 +384,14 @@ static int intel_devices(const Resources *r, const char *resource, Device **ret,
         _cleanup_free_ Device *d = NULL;
         _cleanup_free_ DeviceRun *runs = NULL;
         const IntelState *st = state(r);
-        const char *monitored;
         size_t n = 0, n_runs = 0, shares;
         int k;
 
-        monitored = monitored_name(r, resource);
-        if (monitored) {
+        if (resources_is_monitoring(r, resource)) {
                 bool any = false, healthy = false;
 
                 for (size_t i = 0; i < r->n_gpus; i++)
-                        if (streq_ptr(intel_name_for_gpu(r, &r->gpus[i].info), monitored)) {
+                        if (monitoring_covers(r, resource, &r->gpus[i].info)) {
                                 any = true;
                                 healthy = healthy || r->gpus[i].info.healthy;
                         }
@@ -478,27 +491,29 @@ static int intel_allocate_specs(const Resources *r, const char *resource, char *
         _cleanup_free_ DeviceSpec *specs = NULL;
         const Device *d;
         size_t n, m = 0, room = 1, n_ids = strv_length(ids);
-        const char *monitored;
         int k;
 
         k = intel_devices_view(r, resource, &d, &n);
         if (k < 0)
                 return k;
 
-        monitored = monitored_name(r, resource);
-        if (monitored) {
+        if (resources_is_monitoring(r, resource)) {
                 for (size_t i = 0; i < n_ids; i++)
                         if (!resources_find_device(d, n, ids[i]))
                                 return -ENODEV;
                 for (size_t i = 0; i < r->n_gpus; i++)
-                        room += gpu_node_count(&r->gpus[i]);
+                        room += gpu_node_count(&r->gpus[i]) + strv_length(r->gpus[i].info.mei_nodes);
                 specs = calloc(room, sizeof(DeviceSpec));
                 if (!specs)
                         return -ENOMEM;
+                /* The DRM nodes of every covered GPU, then its MEI nodes (the Intel
+                 * plugin's monitoring device spec). */
                 for (size_t i = 0; i < r->n_gpus && n_ids > 0; i++)
-                        if (r->gpus[i].info.healthy &&
-                            streq_ptr(intel_name_for_gpu(r, &r->gpus[i].info), monitored))
+                        if (r->gpus[i].info.healthy && monitoring_covers(r, resource, &r->gpus[i].info)) {
                                 gpu_add_specs(&r->gpus[i], specs, &m);
+                                for (char **p = r->gpus[i].info.mei_nodes; p && *p; p++)
+                                        device_specs_add(specs, &m, *p);
+                        }
                 *ret = TAKE_PTR(specs);
                 *ret_n = m;
                 return 0;
@@ -541,7 +556,7 @@ static int intel_allocate_extras(const Resources *r, const char *resource, char 
                 return -ENOMEM;
 
         /* The distinct GPUs of the request, in request order. */
-        for (size_t i = 0; i < n_ids && !monitored_name(r, resource); i++) {
+        for (size_t i = 0; i < n_ids && !resources_is_monitoring(r, resource); i++) {
                 const Device *dev = resources_find_device(d, n, ids[i]);
                 bool seen = false;
 
@@ -680,6 +695,8 @@ static int intel_configure(Resources *r, const Config *c, const char **ret_what)
                 return k;
         k = resources_set_intel_options(r, c->intel_shared_dev_num, c->intel_allocation_policy,
                                         c->intel_enable_monitoring, c->intel_by_path, c->intel_cdi_devices);
+        if (k >= 0)
+                k = resources_set_intel_monitoring_mode(r, c->intel_monitoring_mode);
         if (k < 0)
                 return k;
         k = resources_set_id_filters(r, c->intel_allow_ids, c->intel_deny_ids);
@@ -709,9 +726,11 @@ static int intel_describe(const Resources *r, const Config *c, BackendNote **not
         if (!s)
                 return 0;
         return backend_note_add(notes, n_notes, LOG_INFO,
-                                "Intel: sharedDevNum %" PRIu32 ", allocationPolicy %s, enableMonitoring %s, byPath %s.",
+                                "Intel: sharedDevNum %" PRIu32 ", allocationPolicy %s, enableMonitoring %s, "
+                                "monitoringMode %s, byPath %s.",
                                 s->shared_dev_num, config_allocation_policy_to_string(c->intel_allocation_policy),
                                 c->intel_enable_monitoring ? "true" : "false",
+                                config_intel_monitoring_mode_to_string(c->intel_monitoring_mode),
                                 config_by_path_to_string(c->intel_by_path));
 }
 

@@ -17,13 +17,14 @@
  *    before sharing was configured, and the kubelet's checkpoint, stay valid. Every
  *    share of a GPU has the GPU's health and NUMA node. The share limit of a resource
  *    is N (0 for the monitoring resource: not counted).
- *  - Monitoring (intel.enableMonitoring): "<resource>_monitoring" with one device
- *    "all" (the Intel plugin's id) granting every GPU of that driver; healthy while
- *    one of them is.
+ *  - Monitoring (intel.enableMonitoring): one device "all" (the Intel plugin's id),
+ *    healthy while one GPU it covers is. intel.monitoringMode single: resource
+ *    "gpu.intel.com/monitoring" covering every Intel GPU; split: "<resource>_monitoring"
+ *    covering the GPUs of that driver. resources_new() starts in split.
  *  - Allocate: device specs are every DRM node of each GPU (Gpu1.DeviceNodes, or
  *    CardNode and RenderNode when the probe sends none), container path = host path,
  *    "rw", each node once even when two shares of one GPU are requested; for the
- *    monitoring device the nodes of every healthy GPU of that driver. Mounts: by-path
+ *    monitoring device the nodes and Gpu1.MeiNodes of every healthy GPU it covers. Mounts: by-path
  *    links read-only per intel.byPath (single: each GPU's ByPathNodes; all: the whole
  *    by-path directory when a GPU has links; none); CDI names
  *    "<RESOURCES_CDI_KIND_INTEL>=<gpu id>" per GPU when intel.cdiDevices is on; nothing
@@ -43,6 +44,7 @@
 #define RESOURCE_INTEL_I915     "gpu.intel.com/i915"
 #define RESOURCE_INTEL_XE       "gpu.intel.com/xe"
 #define RESOURCE_MONITORING_SUFFIX "_monitoring"
+#define RESOURCE_INTEL_MONITORING "gpu.intel.com/monitoring"
 #define RESOURCE_MONITORING_ID  "all"
 #define RESOURCES_BY_PATH_DIR   "/dev/dri/by-path"
 /* Kind of the probe's CDI spec for Intel GPUs; one CDI device per GPU, named by its id. */
@@ -61,7 +63,9 @@ int resources_set_id_filters(Resources *r, char * const *allow, char * const *de
  * clamped to 1..1024. */
 int resources_set_intel_options(Resources *r, uint32_t shared_dev_num, ConfigAllocationPolicy policy,
                                 bool monitoring, ConfigByPath by_path, bool cdi_devices);
-/* True if the resource is "<intel resource>_monitoring". */
+/* intel.monitoringMode (call before the first update, or again). */
+int resources_set_intel_monitoring_mode(Resources *r, ConfigIntelMonitoringMode mode);
+/* True if the resource is the monitoring resource of the current mode. */
 bool resources_is_monitoring(const Resources *r, const char *resource);
 /* Parses one PCI device id ("0x56a0", "56a0"). */
 int resources_parse_pci_id(const char *s, uint16_t *ret);

@@ -28,6 +28,8 @@ void gpu_info_done(GpuInfo *info) {
         info->device_nodes = NULL;
         strv_free(info->by_path_nodes);
         info->by_path_nodes = NULL;
+        strv_free(info->mei_nodes);
+        info->mei_nodes = NULL;
         info->uuid = mfree(info->uuid);
         info->product = mfree(info->product);
         info->compute_mode = mfree(info->compute_mode);
@@ -103,6 +105,7 @@ int gpu_info_copy(const GpuInfo *from, GpuInfo *to) {
             free_and_strdup(&c.health_reason, from->health_reason ?: "") < 0 ||
             (from->device_nodes && !(c.device_nodes = strv_copy(from->device_nodes))) ||
             (from->by_path_nodes && !(c.by_path_nodes = strv_copy(from->by_path_nodes))) ||
+            (from->mei_nodes && !(c.mei_nodes = strv_copy(from->mei_nodes))) ||
             free_and_strdup(&c.uuid, from->uuid ?: "") < 0 ||
             free_and_strdup(&c.product, from->product ?: "") < 0 ||
             free_and_strdup(&c.compute_mode, from->compute_mode ?: "") < 0 ||

@@ -24,7 +24,7 @@
 #define RESOURCES_REQUESTS_MAX  128     /* container requests in one call */
 #define RESOURCES_GPUS_MAX      1024    /* GPU objects followed */
 #define RESOURCES_PATH_MAX      256     /* bytes in a device node path */
-#define RESOURCES_NODES_MAX     16      /* DeviceNodes / ByPathNodes entries per GPU */
+#define RESOURCES_NODES_MAX     16      /* DeviceNodes / ByPathNodes / MeiNodes entries per GPU */
 
 /* One io.kgpu.Gpu1.MigDevices entry. */
 typedef struct MigDeviceInfo {
@@ -53,6 +53,7 @@ typedef struct GpuInfo {
         char *health_reason;
         char **device_nodes;    /* Gpu1.DeviceNodes: every node a container needs; NULL: card + render */
         char **by_path_nodes;   /* Gpu1.ByPathNodes: /dev/dri/by-path links of this GPU */
+        char **mei_nodes;       /* Gpu1.MeiNodes: /dev/mei<N> of the GPU's MEI devices (Intel monitoring) */
         int32_t numa_node;      /* -1 if unknown */
         uint16_t device_id;     /* PCI device id, 0 if unknown */
         bool healthy;

@@ -21,6 +21,7 @@
 #define INTEL_PREFIX            "gpu.intel.com/"
 #define NVIDIA_PREFIX           "nvidia.com/"
 #define MONITORING_SUFFIX       "_monitoring"
+#define MONITORING_COMBINED     "monitoring"      /* gpu.intel.com/monitoring: every Intel GPU */
 #define MONITORING_ID           "all"
 #define SHARE_DIGITS_MAX        9
 #define QUOTE_MAX               100     /* bytes of hostile text quoted in a reason */
@@ -40,6 +41,7 @@ typedef struct Unit {
 
 typedef struct Grant {
         Vendor vendor;
+        bool monitoring;        /* an Intel monitoring device: its GPUs' MeiNodes too */
         Unit *units;
         size_t n_units;
         size_t room;
@@ -109,6 +111,7 @@ static const ProbeGpu *id_lookup(const ProbeGpus *gpus, Vendor vendor, const cha
 static int grant_build(Grant *g, const ProbeGpus *gpus, const char *resource, char * const *ids, size_t n_ids) {
         const char *rest, *driver = NULL;
         size_t driver_len = 0;
+        bool any_driver = false;
         int r;
 
         if ((rest = startswith(resource, INTEL_PREFIX))) {
@@ -118,6 +121,9 @@ static int grant_build(Grant *g, const ProbeGpus *gpus, const char *resource, ch
                 if (l > sl && streq(rest + l - sl, MONITORING_SUFFIX)) {
                         driver = rest;
                         driver_len = l - sl;
+                } else if (streq(rest, MONITORING_COMBINED)) {
+                        driver = rest;
+                        any_driver = true;
                 }
         } else if (startswith(resource, NVIDIA_PREFIX))
                 g->vendor = VENDOR_NVIDIA;
@@ -129,14 +135,17 @@ static int grant_build(Grant *g, const ProbeGpus *gpus, const char *resource, ch
                 int32_t mig = -1;
 
                 if (driver) {
-                        /* The monitoring device grants every Intel GPU of its driver. */
+                        /* The monitoring device grants every Intel GPU of its driver (every
+                         * Intel GPU for the combined one). */
                         if (!streq(ids[i], MONITORING_ID))
                                 continue;
+                        g->monitoring = true;
                         for (size_t j = 0; j < gpus->n_gpus; j++) {
                                 const ProbeGpu *x = gpus->gpus[j];
 
-                                if (streq(x->vendor, "intel") && strlen(x->driver) == driver_len &&
-                                    memcmp(x->driver, driver, driver_len) == 0) {
+                                if (streq(x->vendor, "intel") &&
+                                    (any_driver || (strlen(x->driver) == driver_len &&
+                                                    memcmp(x->driver, driver, driver_len) == 0))) {
                                         r = grant_add(g, x, -1);
                                         if (r < 0)
                                                 return r;
@@ -245,6 +254,8 @@ static bool node_granted(const Grant *g, const char *path) {
 
                 if (streq(gpu->card_node, path) || streq(gpu->render_node, path) ||
                     strv_contains(gpu->device_nodes, path))
+                        return true;
+                if (g->monitoring && strv_contains(gpu->mei_nodes, path))
                         return true;
                 if (g->units[i].mig >= 0 && strv_contains(gpu->migs[g->units[i].mig].nodes, path))
                         return true;

@@ -11,13 +11,14 @@
  * devices of that container's request (its "grant"):
  *  - Grant. gpu.intel.com/<driver>: each id is an Intel GPU's Id, or "<Id>-<n>" (a
  *    share); gpu.intel.com/<driver>_monitoring with id "all": every Intel GPU of that
- *    driver. nvidia.com/...: each id is an NVIDIA GPU's Id/Uuid or a MIG device's UUID,
+ *    driver; gpu.intel.com/monitoring with id "all": every Intel GPU. nvidia.com/...: each id is an NVIDIA GPU's Id/Uuid or a MIG device's UUID,
  *    or that with "::<n>" (a time-slicing or MPS replica). Other resources, and ids that
  *    name nothing the probe exports, grant nothing. A granted NVIDIA device is named to
  *    the runtime by its UUID or, with deviceIDStrategy index, "<Index>" /
  *    "<Index>:<MIG device index>": both forms are accepted.
  *  - Device specs: container path = host path, permissions of 'r' and 'w' only, host
- *    path one of the granted GPUs' DeviceNodes, CardNode, RenderNode, a granted MIG
+ *    path one of the granted GPUs' DeviceNodes, CardNode, RenderNode (and MeiNodes for
+ *    an Intel monitoring grant), a granted MIG
  *    device's capability nodes, or with an NVIDIA grant one of GATE_NVIDIA_CONTROL_NODES.
  *  - Mounts (container path = host path unless said): read-only ByPathNodes links of a
  *    granted Intel GPU, or the whole GATE_BY_PATH_DIR read-only with an Intel grant;

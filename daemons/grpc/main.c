@@ -11,16 +11,23 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include "common/bus-introspect.h"
 #include "common/daemon.h"
 #include "common/log.h"
 #include "daemons/grpc/manager.h"
 #include "daemons/grpc/reload.h"
 
+/* No object on the bus: the node says so, and stays a valid (empty) document. */
+static int grpcd_introspect(void) {
+        return bus_introspect_print_none("kgpu-grpcd exports no D-Bus interface: it is a client of "
+                                         "io.kgpu.Broker1 (kgpu-brokerd) and io.kgpu.Probe1 (kgpu-probed)");
+}
+
 static const DaemonInfo info = {
         .name = "kgpu-grpcd",
         .description = "Serves kgpu's resources to the kubelet (device plugin API v1beta1). It exports no D-Bus\n"
-                       "interface of its own: --introspect prints an empty node.",
-        .introspect = NULL,
+                       "interface of its own: --introspect prints an empty node that says so.",
+        .introspect = grpcd_introspect,
 };
 
 static const char *grpcd_user(const Config *c) {

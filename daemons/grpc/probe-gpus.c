@@ -69,6 +69,12 @@ static bool by_path_node_valid(const char *s) {
         return p && *p && !strchr(p, '/') && path_valid(s);
 }
 
+static bool mei_node_valid(const char *s) {
+        const char *p = startswith(s, "/dev/mei");
+
+        return p && *p && strlen(p) <= 9 && strspn(p, "0123456789") == strlen(p);
+}
+
 /* Reads an "as" (already inside its variant) with bus_read_strv_bounded(): *bad is set
  * when it is refused; *ret is replaced only while nothing was refused. */
 static int read_paths(sd_bus_message *m, BusStringCheck check, char ***ret, bool *bad) {
@@ -192,8 +198,10 @@ int probe_gpu_new(const char *path, ProbeGpu **ret) {
         g->mps_pipe_directory = strdup("");
         g->device_nodes = calloc(1, sizeof(char *));
         g->by_path_nodes = calloc(1, sizeof(char *));
+        g->mei_nodes = calloc(1, sizeof(char *));
         if (!g->path || !g->id || !g->vendor || !g->driver || !g->uuid || !g->card_node ||
-            !g->render_node || !g->mps_pipe_directory || !g->device_nodes || !g->by_path_nodes)
+            !g->render_node || !g->mps_pipe_directory || !g->device_nodes || !g->by_path_nodes ||
+            !g->mei_nodes)
                 return -ENOMEM;
         *ret = TAKE_PTR(g);
         return 0;
@@ -211,6 +219,7 @@ ProbeGpu *probe_gpu_free(ProbeGpu *g) {
         free(g->render_node);
         strv_free(g->device_nodes);
         strv_free(g->by_path_nodes);
+        strv_free(g->mei_nodes);
         migs_free(g->migs, g->n_migs);
         free(g->mps_pipe_directory);
         return mfree(g);
@@ -253,7 +262,7 @@ static bool string_valid(unsigned which, const char *v) {
 /* The Gpu1 properties of one message, validated before any of them is applied. */
 typedef struct GpuProperties {
         char *strings[_S_MAX];
-        char **device_nodes, **by_path_nodes;
+        char **device_nodes, **by_path_nodes, **mei_nodes;
         ProbeMig *migs;
         size_t n_migs;
         int32_t index;
@@ -265,6 +274,7 @@ static void gpu_properties_done(GpuProperties *p) {
                 free(p->strings[i]);
         strv_free(p->device_nodes);
         strv_free(p->by_path_nodes);
+        strv_free(p->mei_nodes);
         migs_free(p->migs, p->n_migs);
 }
 
@@ -308,6 +318,10 @@ static int gpu_property(sd_bus_message *m, const char *name, const char *content
                                device ? &p->device_nodes : &p->by_path_nodes, &p->bad);
                 return r < 0 ? r : 1;
         }
+        if (streq(name, "MeiNodes") && streq(contents, "as")) {
+                r = read_paths(m, mei_node_valid, &p->mei_nodes, &p->bad);
+                return r < 0 ? r : 1;
+        }
         if (streq(name, "MigDevices") && streq(contents, "a(ussuuast)")) {
                 r = read_migs(m, &p->migs, &p->n_migs, &p->bad);
                 if (r < 0)
@@ -318,7 +332,7 @@ static int gpu_property(sd_bus_message *m, const char *name, const char *content
         /* A property we keep, with the wrong type, refuses the object; the others are
          * not ours to judge. */
         if (which >= 0 || streq(name, "Index") || streq(name, "DeviceNodes") ||
-            streq(name, "ByPathNodes") || streq(name, "MigDevices"))
+            streq(name, "ByPathNodes") || streq(name, "MeiNodes") || streq(name, "MigDevices"))
                 p->bad = true;
         return 0;
 }
@@ -353,6 +367,10 @@ int probe_gpu_apply_properties(ProbeGpu *g, sd_bus_message *m) {
         if (p.by_path_nodes) {
                 strv_free(g->by_path_nodes);
                 g->by_path_nodes = TAKE_PTR(p.by_path_nodes);
+        }
+        if (p.mei_nodes) {
+                strv_free(g->mei_nodes);
+                g->mei_nodes = TAKE_PTR(p.mei_nodes);
         }
         if (p.have_migs) {
                 migs_free(g->migs, g->n_migs);

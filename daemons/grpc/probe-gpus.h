@@ -5,7 +5,7 @@
  *
  * Contract: pure data, no I/O, no logging. The probe is root, but what it sends is read
  * as hostile all the same: only the properties the gate needs are kept (Id, Vendor,
- * Driver, Uuid, Index, CardNode, RenderNode, DeviceNodes, ByPathNodes, MigDevices,
+ * Driver, Uuid, Index, CardNode, RenderNode, DeviceNodes, ByPathNodes, MeiNodes, MigDevices,
  * MpsPipeDirectory), each bounded and validated before anything changes:
  *  - ids (Id, Uuid, MIG UUIDs): 1..PROBE_GPUS_ID_MAX bytes of printable ASCII without
  *    blanks or ',' (Uuid may be empty); Vendor and Driver likewise, up to
@@ -13,8 +13,8 @@
  *  - device nodes (CardNode, RenderNode, DeviceNodes, MIG capability nodes): "" (the two
  *    single ones only) or an absolute path below /dev/ of printable ASCII without blanks,
  *    no empty, "." or ".." component, no trailing '/', at most PROBE_GPUS_PATH_MAX bytes;
- *    ByPathNodes: such paths directly in /dev/dri/by-path/; MpsPipeDirectory: "" or such
- *    a path anywhere but "/";
+ *    ByPathNodes: such paths directly in /dev/dri/by-path/; MeiNodes: "/dev/mei<digits>";
+ *    MpsPipeDirectory: "" or such a path anywhere but "/";
  *  - at most PROBE_GPUS_NODES_MAX paths per list, PROBE_GPUS_MIG_MAX MIG devices (index
  *    and UUID unique) per GPU, PROBE_GPUS_MAX objects, object paths below
  *    /io/kgpu/Probe1/gpu/ one level deep.
@@ -35,7 +35,7 @@
 #include "common/cleanup.h"
 
 #define PROBE_GPUS_MAX          1024u   /* GPU objects kept */
-#define PROBE_GPUS_NODES_MAX    16u     /* paths per DeviceNodes, ByPathNodes, MIG capability list */
+#define PROBE_GPUS_NODES_MAX    16u     /* paths per DeviceNodes, ByPathNodes, MeiNodes, MIG capability list */
 #define PROBE_GPUS_MIG_MAX      64u     /* MigDevices entries per GPU */
 #define PROBE_GPUS_ID_MAX       256u    /* bytes in Id, Uuid, a MIG UUID */
 #define PROBE_GPUS_WORD_MAX     64u     /* bytes in Vendor, Driver */
@@ -61,6 +61,7 @@ typedef struct ProbeGpu {
         char *render_node;      /* "" none */
         char **device_nodes;    /* never NULL */
         char **by_path_nodes;   /* never NULL */
+        char **mei_nodes;       /* never NULL: /dev/mei<N>, granted by Intel monitoring */
         ProbeMig *migs;
         size_t n_migs;
         char *mps_pipe_directory; /* "" while MPS is off */

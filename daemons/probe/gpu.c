@@ -35,8 +35,9 @@ int gpu_new(const char *id, Gpu **ret) {
         g->health_reason = strdup("");
         g->device_nodes = calloc(1, sizeof(char *));
         g->by_path_nodes = calloc(1, sizeof(char *));
+        g->mei_nodes = calloc(1, sizeof(char *));
         g->physical_function = strdup("");
-        if (!g->by_path_nodes || !g->physical_function)
+        if (!g->by_path_nodes || !g->mei_nodes || !g->physical_function)
                 return -ENOMEM;
         if (!g->id || !g->vendor || !g->driver || !g->pci_address || !g->product ||
             !g->card_node || !g->render_node || !g->uuid || !g->health ||
@@ -75,6 +76,7 @@ Gpu *gpu_free(Gpu *g) {
         free(g->health);
         free(g->health_reason);
         strv_free(g->by_path_nodes);
+        strv_free(g->mei_nodes);
         free(g->physical_function);
         free(g->card_syspath);
         free(g->render_syspath);
@@ -236,6 +238,7 @@ int gpu_diff_properties(const Gpu *a, const Gpu *b, char ***ret) {
         DIFF(!streq(a->health, b->health), "Health");
         DIFF(!streq(a->health_reason, b->health_reason), "HealthReason");
         DIFF(!strv_equal(a->by_path_nodes, b->by_path_nodes), "ByPathNodes");
+        DIFF(!strv_equal(a->mei_nodes, b->mei_nodes), "MeiNodes");
         DIFF(!streq(a->physical_function, b->physical_function), "PhysicalFunction");
         DIFF(a->index != b->index, "Index");
         DIFF(!streq(a->compute_mode, b->compute_mode), "ComputeMode");
@@ -257,12 +260,13 @@ int gpu_diff_properties(const Gpu *a, const Gpu *b, char ***ret) {
 }
 
 int gpu_copy_properties(Gpu *dst, const Gpu *src) {
-        _cleanup_strv_free_ char **nodes = NULL, **by_path = NULL;
+        _cleanup_strv_free_ char **nodes = NULL, **by_path = NULL, **mei = NULL;
         int r;
 
         nodes = strv_copy(src->device_nodes);
         by_path = strv_copy(src->by_path_nodes);
-        if (!nodes || !by_path)
+        mei = strv_copy(src->mei_nodes);
+        if (!nodes || !by_path || !mei)
                 return -ENOMEM;
 
         if ((r = free_and_strdup(&dst->vendor, src->vendor)) < 0 ||
@@ -300,6 +304,8 @@ int gpu_copy_properties(Gpu *dst, const Gpu *src) {
         dst->device_nodes = TAKE_PTR(nodes);
         strv_free(dst->by_path_nodes);
         dst->by_path_nodes = TAKE_PTR(by_path);
+        strv_free(dst->mei_nodes);
+        dst->mei_nodes = TAKE_PTR(mei);
         return 0;
 }
 

@@ -70,6 +70,7 @@ typedef struct Gpu {
         uint32_t pci_class;     /* 0x030000 display VGA, 0x038000 display other */
         char **by_path_nodes;   /* udev's /dev/dri/by-path links of card and render node */
         char *physical_function; /* PCI address of the SR-IOV PF for a VF, else "" */
+        char **mei_nodes;       /* /dev/mei<N> of the GPU's MEI (GSC) devices, for Intel monitoring */
 
         /* NVIDIA (issue 4 contract); Intel GPUs keep the "unknown" values of gpu_new(). */
         int32_t index;                  /* nvidia-smi index, -1 */

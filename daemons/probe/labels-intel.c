@@ -236,14 +236,14 @@ static int add_numa_map(LabelTable *t, Gpu **gpus, size_t n) {
         return label_set_split(t, LABELS_INTEL_PREFIX "numa-gpu-map", value);
 }
 
-static size_t count_ids(Gpu **gpus, size_t n, uint16_t cls, const uint16_t *ids, size_t n_ids) {
+static size_t count_ids(const LabelsIntelPci *pci, size_t n, uint16_t cls, const uint16_t *ids, size_t n_ids) {
         size_t c = 0;
 
         for (size_t i = 0; i < n; i++) {
-                if ((gpus[i]->pci_class >> 8) != cls)
+                if ((pci[i].pci_class >> 8) != cls)
                         continue;
                 for (size_t k = 0; k < n_ids; k++)
-                        if (gpus[i]->device_id == ids[k]) {
+                        if (pci[i].device_id == ids[k]) {
                                 c++;
                                 break;
                         }
@@ -252,7 +252,7 @@ static size_t count_ids(Gpu **gpus, size_t n, uint16_t cls, const uint16_t *ids,
 }
 
 /* Intel's NFD rules (platform-labeling-rules), in their order. */
-static int add_platform_labels(LabelTable *t, Gpu **gpus, size_t n) {
+static int add_platform_labels(LabelTable *t, const LabelsIntelPci *pci, size_t n) {
         static const uint16_t max_1100[] = { 0x0bda }, max_1550[] = { 0x0bd5 },
                 max_series[] = { 0x0bda, 0x0bd5, 0x0bd9, 0x0bdb, 0x0bd7, 0x0bd6, 0x0bd0 },
                 flex_170[] = { 0x56c0 }, flex_140[] = { 0x56c1 },
@@ -276,7 +276,7 @@ static int add_platform_labels(LabelTable *t, Gpu **gpus, size_t n) {
         int r;
 
         for (size_t i = 0; i < ELEMENTSOF(rules); i++) {
-                size_t c = count_ids(gpus, n, rules[i].cls, rules[i].ids, rules[i].n_ids);
+                size_t c = count_ids(pci, n, rules[i].cls, rules[i].ids, rules[i].n_ids);
 
                 if (c == 0)
                         continue;
@@ -290,34 +290,44 @@ static int add_platform_labels(LabelTable *t, Gpu **gpus, size_t n) {
         return 0;
 }
 
-static int add_device_ids(LabelTable *t, Gpu **gpus, size_t n) {
+/* The generic rules: "present" per device id, and per class one "count" named after the
+ * first function (in PCI address order) with the number of every function of the class,
+ * as NFD's template "device-id.0300-{{ (index .pci.device 0).device }}.count={{ len
+ * .pci.device }}" gives it. */
+static int add_device_ids(LabelTable *t, const LabelsIntelPci *pci, size_t n) {
+        static const unsigned classes[] = { 0x0300, 0x0380 };
+        char key[128];
         int r;
 
-        for (size_t i = 0; i < n; i++) {
-                unsigned cls = gpus[i]->pci_class >> 8;
-                char key[128];
-                size_t c = 0;
+        for (size_t c = 0; c < ELEMENTSOF(classes); c++) {
+                const LabelsIntelPci *first = NULL;
+                size_t count = 0;
 
-                if (cls != 0x0300 && cls != 0x0380)
+                for (size_t i = 0; i < n; i++) {
+                        if ((pci[i].pci_class >> 8) != classes[c])
+                                continue;
+                        if (!first)
+                                first = &pci[i];
+                        count++;
+                        snprintf(key, sizeof(key), LABELS_INTEL_PREFIX "device-id.%04x-%04x.present", classes[c],
+                                 (unsigned) pci[i].device_id);
+                        r = label_table_set(t, key, "true");
+                        if (r < 0)
+                                return r;
+                }
+                if (!first)
                         continue;
-                for (size_t k = 0; k < n; k++)
-                        if ((gpus[k]->pci_class >> 8) == cls && gpus[k]->device_id == gpus[i]->device_id)
-                                c++;
-                snprintf(key, sizeof(key), LABELS_INTEL_PREFIX "device-id.%04x-%04x.present", cls,
-                         (unsigned) gpus[i]->device_id);
-                r = label_table_set(t, key, "true");
-                if (r < 0)
-                        return r;
-                snprintf(key, sizeof(key), LABELS_INTEL_PREFIX "device-id.%04x-%04x.count", cls,
-                         (unsigned) gpus[i]->device_id);
-                r = label_table_setf(t, key, "%zu", c);
+                snprintf(key, sizeof(key), LABELS_INTEL_PREFIX "device-id.%04x-%04x.count", classes[c],
+                         (unsigned) first->device_id);
+                r = label_table_setf(t, key, "%zu", count);
                 if (r < 0)
                         return r;
         }
         return 0;
 }
 
-int labels_intel_build(Gpu * const *all, size_t n_all, unsigned pci_grouping_level, char ***ret) {
+int labels_intel_build(Gpu * const *all, size_t n_all, const LabelsIntelPci *pci, size_t n_pci,
+                       unsigned pci_grouping_level, char ***ret) {
         _cleanup_(label_table_done) LabelTable t = {};
         _cleanup_free_ Gpu **gpus = NULL;
         _cleanup_strv_free_ char **lines = NULL, **cards = NULL, **nums = NULL;
@@ -374,13 +384,16 @@ int labels_intel_build(Gpu * const *all, size_t n_all, unsigned pci_grouping_lev
                         if (r < 0)
                                 return r;
                 }
-                r = add_device_ids(&t, gpus, n);
-                if (r < 0)
-                        return r;
-                r = add_platform_labels(&t, gpus, n);
-                if (r < 0)
-                        return r;
         }
+
+        /* NFD's rules see the PCI functions, not the GPUs served: a PF with VFs, a
+         * function without DRM nodes or a GPU whose nodes went away still count. */
+        r = add_device_ids(&t, pci, n_pci);
+        if (r < 0)
+                return r;
+        r = add_platform_labels(&t, pci, n_pci);
+        if (r < 0)
+                return r;
 
         r = label_table_lines(&t, &lines);
         if (r < 0)

@@ -199,7 +199,7 @@ int manager_write_outputs(Manager *m) {
         for (size_t i = 0; m->cdi_directory && i < gpu_sources_count; i++) {
                 if (!gpu_sources[i]->cdi_write)
                         continue;
-                k = gpu_sources[i]->cdi_write(m->cdi_directory, m->gpus, m->n_gpus);
+                k = gpu_sources[i]->cdi_write(m, m->source_data[i], m->cdi_directory, m->gpus, m->n_gpus);
                 if (k < 0) {
                         log_warning_errno(k, "Failed to write the %s CDI spec to %s, ignoring: %m",
                                           gpu_sources[i]->name, m->cdi_directory);

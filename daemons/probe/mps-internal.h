@@ -84,6 +84,7 @@ struct Mps {
         char *directory;
         char *smi_path;
         char *control_path;
+        char *library_path;     /* LD_LIBRARY_PATH of tools under the driver root, else NULL */
         uint64_t timeout_usec;
         ConfigMpsLauncher launcher; /* as configured, until decided */
         bool launcher_set;      /* decided (mps_set_launcher()) */

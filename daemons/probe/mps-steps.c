@@ -25,16 +25,32 @@ static char **control_env(Entry *e) {
 
         for (char **v = environ; v && *v; v++) {
                 if (startswith(*v, "CUDA_MPS_PIPE_DIRECTORY=") || startswith(*v, "CUDA_MPS_LOG_DIRECTORY=") ||
-                    startswith(*v, "CUDA_VISIBLE_DEVICES="))
+                    startswith(*v, "CUDA_VISIBLE_DEVICES=") || (e->mps->library_path && startswith(*v, "LD_LIBRARY_PATH=")))
                         continue;
                 if (strv_extend(&env, *v) < 0)
                         return NULL;
         }
+        if (e->mps->library_path &&
+            (asprintf(&s, "LD_LIBRARY_PATH=%s", e->mps->library_path) < 0 || strv_consume(&env, s) < 0))
+                return NULL;
         if (asprintf(&s, "CUDA_MPS_PIPE_DIRECTORY=%s", e->pipe_dir) < 0 || strv_consume(&env, s) < 0)
                 return NULL;
         if (asprintf(&s, "CUDA_MPS_LOG_DIRECTORY=%s", e->log_dir) < 0 || strv_consume(&env, s) < 0)
                 return NULL;
         if (asprintf(&s, "CUDA_VISIBLE_DEVICES=%s", e->uuid) < 0 || strv_consume(&env, s) < 0)
+                return NULL;
+        return TAKE_PTR(env);
+}
+
+/* environ with LD_LIBRARY_PATH set to the driver root's libraries (library_path set). */
+static char **smi_env(Entry *e) {
+        _cleanup_strv_free_ char **env = NULL;
+        char *s;
+
+        for (char **v = environ; v && *v; v++)
+                if (!startswith(*v, "LD_LIBRARY_PATH=") && strv_extend(&env, *v) < 0)
+                        return NULL;
+        if (asprintf(&s, "LD_LIBRARY_PATH=%s", e->mps->library_path) < 0 || strv_consume(&env, s) < 0)
                 return NULL;
         return TAKE_PTR(env);
 }
@@ -81,7 +97,7 @@ static void entry_run_job(Entry *e, Step step) {
                                              e->unit);
                 else {
                         r = mps_systemd_write_environment(e->base_dir, e->uuid, e->pipe_dir, e->log_dir,
-                                                          e->mps->control_path, &bad);
+                                                          e->mps->control_path, e->mps->library_path, &bad);
                         if (r == -EINVAL)
                                 (void) mps_asprintf_safe(&msg, "%s %s: %s cannot go into %s/%s: only letters, digits "
                                                      "and / . _ : + , @ - are taken", step_name(step), e->unit,
@@ -129,6 +145,15 @@ static void entry_run_step(Entry *e, Step step) {
                                       (char *) "--query-gpu=compute_mode", (char *) "--format=csv,noheader", NULL };
 
                 path = e->mps->smi_path;
+                if (e->mps->library_path) {
+                        /* nvidia-smi of a driver root: that root's libraries. */
+                        env = smi_env(e);
+                        if (!env) {
+                                mps_entry_fail_op(e, -ENOMEM, "Out of memory.");
+                                return;
+                        }
+                        o.env = env;
+                }
                 r = path ? nvidia_run_start(e->mps->event, path, step == STEP_COMPUTE_READ ? argv_read : argv_set, &o,
                                             on_run_done, e, &e->run)
                          : -ENOENT;

@@ -221,7 +221,8 @@ static bool env_value_ok(const char *v) {
 }
 
 int mps_systemd_write_environment(const char *base_dir, const char *uuid, const char *pipe_dir,
-                                  const char *log_dir, const char *control_path, const char **ret_bad) {
+                                  const char *log_dir, const char *control_path, const char *library_path,
+                                  const char **ret_bad) {
         static const char *const names[] = {
                 "CUDA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY", "KGPU_NVIDIA_MPS_CONTROL",
         };
@@ -238,6 +239,11 @@ int mps_systemd_write_environment(const char *base_dir, const char *uuid, const 
                                 *ret_bad = names[i];
                         return -EINVAL;
                 }
+        if (library_path && !env_value_ok(library_path)) {
+                if (ret_bad)
+                        *ret_bad = "LD_LIBRARY_PATH";
+                return -EINVAL;
+        }
         f = open_memstream(&text, &len);
         if (!f)
                 return -ENOMEM;
@@ -245,6 +251,8 @@ int mps_systemd_write_environment(const char *base_dir, const char *uuid, const 
                 uuid);
         for (size_t i = 0; i < ELEMENTSOF(names); i++)
                 fprintf(f, "%s=%s\n", names[i], values[i]);
+        if (library_path)
+                fprintf(f, "LD_LIBRARY_PATH=%s\n", library_path);
         if (fclose(f) != 0 || !text)
                 return -ENOMEM;
         if (asprintf(&path, "%s/%s", base_dir, MPS_SYSTEMD_ENVIRONMENT_FILE) < 0)

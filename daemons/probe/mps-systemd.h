@@ -16,7 +16,8 @@
  * before each start (mps_systemd_write_environment()): CUDA_VISIBLE_DEVICES (the UUID),
  * CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY and KGPU_NVIDIA_MPS_CONTROL (the tool,
  * configurable, so ExecStart= runs it through /bin/sh: systemd does not take a variable
- * as the program to run). Values are validated, not quoted: each may only hold
+ * as the program to run), and LD_LIBRARY_PATH for a tool of a driver root (its
+ * libraries, nvidia-driver-files.h). Values are validated, not quoted: each may only hold
  * characters that need no quoting in an EnvironmentFile or a shell word. The instance
  * is the GPU UUID itself ("GPU-" and hex digits and dashes, all valid in a unit name, so
  * no escaping is needed); the template uses %i, never %I, which would turn '-' into '/'.
@@ -65,10 +66,12 @@ DEFINE_CLEANUP_FUNC(MpsSystemd, mps_systemd_free);
 /* "kgpu-mps@<uuid>.service"; -EINVAL for an instance that is no valid unit name part. */
 int mps_systemd_unit_name(const char *uuid, char **ret);
 
-/* Writes <base_dir>/environment (0644, atomically). -EINVAL and *ret_bad (a static
+/* Writes <base_dir>/environment (0644, atomically); library_path (NULL: none) is
+ * LD_LIBRARY_PATH, for a control daemon of a driver root. -EINVAL and *ret_bad (a static
  * string naming the variable) for a value that cannot be written unquoted. */
 int mps_systemd_write_environment(const char *base_dir, const char *uuid, const char *pipe_dir,
-                                  const char *log_dir, const char *control_path, const char **ret_bad);
+                                  const char *log_dir, const char *control_path, const char *library_path,
+                                  const char **ret_bad);
 
 /* method: "RestartUnit" or "StopUnit". timeout_usec: 0 for the default (60 s). */
 int mps_systemd_job(MpsSystemd *s, const char *method, const char *unit, uint64_t timeout_usec,

@@ -24,6 +24,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemons/probe/mps-internal.h"
+#include "daemons/probe/nvidia-driver-files.h"
 
 static void mps_arm_check(Mps *m);
 
@@ -91,6 +92,7 @@ Mps *mps_free(Mps *m) {
         free(m->directory);
         free(m->smi_path);
         free(m->control_path);
+        free(m->library_path);
         return mfree(m);
 }
 
@@ -507,6 +509,23 @@ int mps_configure(Mps **mps, sd_event *event, const Config *c, MpsStateCallback 
         r = mps_set_tools(*mps, smi, control);
         if (r < 0)
                 return r;
+        /* Tools of a driver root load that root's libraries (nvidia-driver-files.h). */
+        (*mps)->library_path = mfree((*mps)->library_path);
+        if (!isempty(c->nvidia_driver_root) && !streq(c->nvidia_driver_root, "/")) {
+                const char *rest = control ? startswith(control, c->nvidia_driver_root) : NULL;
+
+                if (!rest && smi)
+                        rest = startswith(smi, c->nvidia_driver_root);
+                if (rest && rest[0] == '/') {
+                        r = nvidia_driver_library_path(c->nvidia_driver_root, &(*mps)->library_path);
+                        if (r == -ENOMEM)
+                                return r;
+                        if (r < 0)
+                                log_notice_errno(r, "No library directories in the ld cache of the driver root %s, "
+                                                 "the MPS tools run with the host's libraries: %m",
+                                                 c->nvidia_driver_root);
+                }
+        }
         if (!(*mps)->launcher_set)
                 (*mps)->launcher = c->nvidia_mps_launcher;
         if (adopt) {

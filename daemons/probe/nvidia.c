@@ -26,6 +26,7 @@
 #include "daemons/probe/nvidia-failure.h"
 #include "daemons/probe/nvidia-runner.h"
 #include "daemons/probe/nvidia.h"
+#include "daemons/probe/nvidia-driver-files.h"
 #include "daemons/probe/probe-dbus.h"
 
 #define NVIDIA_POLL_TIMEOUT_MAX_USEC (10U * 1000U * 1000U)
@@ -48,8 +49,10 @@ struct NvidiaProbe {
         bool enabled;
         bool fail_on_init;
         char *driver_root;
+        char *dev_root;                 /* flags.nvidiaDevRoot, NULL: the driver root */
         char *smi_configured;
         char *smi;                      /* the tool found, NULL: none */
+        char **smi_env;                 /* its environment when it is the driver root's, else NULL */
         uint32_t health_interval_ms;
         uint32_t recover_polls;
 
@@ -121,6 +124,8 @@ NvidiaProbe *nvidia_probe_free(NvidiaProbe *p) {
         free(p->last_message);
         config_free(p->config);
         free(p->driver_root);
+        free(p->dev_root);
+        strv_free(p->smi_env);
         free(p->smi_configured);
         free(p->smi);
         return mfree(p);
@@ -633,7 +638,7 @@ static int inventory_start_step(NvidiaProbe *p, InventoryStep step) {
         char * const *argv = step == STEP_QUERY ? (p->no_compute_cap ? argv_query_old : argv_query) :
                              step == STEP_LIST ? argv_list :
                              step == STEP_Q ? argv_q : step == STEP_SUMMARY ? argv_summary : argv_topo;
-        NvidiaRunOptions opts = {};
+        NvidiaRunOptions opts = { .env = p->smi_env };
         int r;
 
         p->run = nvidia_run_free(p->run);
@@ -758,7 +763,7 @@ static int on_health_timer(sd_event_source *s, uint64_t usec, void *userdata) {
         static char *const argv[] = { (char *) "nvidia-smi", (char *) "--query-gpu=" NVIDIA_SMI_QUERY_FIELDS,
                                       (char *) "--format=csv,noheader,nounits", NULL };
         NvidiaProbe *p = userdata;
-        NvidiaRunOptions opts = { .timeout_usec = poll_timeout_usec(p) };
+        NvidiaRunOptions opts = { .timeout_usec = poll_timeout_usec(p), .env = p->smi_env };
         int r;
 
         r = sd_event_source_set_time_relative(s, (uint64_t) p->health_interval_ms * 1000U);
@@ -821,6 +826,21 @@ int nvidia_tools_check(const Config *c, char **ret_error) {
                         return -EPERM;
                 }
         }
+        if (!isempty(c->nvidia_dev_root) && !streq(c->nvidia_dev_root, "/")) {
+                /* The device nodes the CDI spec hands to containers come from there. */
+                _cleanup_free_ char *why = NULL;
+                int r;
+
+                r = nvidia_path_check_trusted(c->nvidia_dev_root, true, &why);
+                if (r == -ENOMEM)
+                        return r;
+                if (r == -EPERM) {
+                        if (asprintf(ret_error, "flags.nvidiaDevRoot: refusing to hand out device nodes "
+                                     "from there: %s", why ?: "not trusted") < 0)
+                                return -ENOMEM;
+                        return -EPERM;
+                }
+        }
         for (size_t i = 0; i < ELEMENTSOF(tools); i++) {
                 const char *configured = tools[i].configured;
                 _cleanup_free_ char *found = NULL, *why = NULL;
@@ -841,12 +861,21 @@ int nvidia_tools_check(const Config *c, char **ret_error) {
         return 0;
 }
 
+const char *nvidia_probe_driver_root(const NvidiaProbe *p) {
+        return p && !isempty(p->driver_root) ? p->driver_root : "/";
+}
+
+const char *nvidia_probe_dev_root(const NvidiaProbe *p) {
+        return p && p->dev_root ? p->dev_root : nvidia_probe_driver_root(p);
+}
+
 int nvidia_probe_configure(NvidiaProbe *p, const Config *c) {
         _cleanup_free_ char *smi = NULL;
         bool enabled = c->nvidia_enabled;
         int r = 0;
 
         if (free_and_strdup(&p->driver_root, c->nvidia_driver_root) < 0 ||
+            free_and_strdup(&p->dev_root, c->nvidia_dev_root) < 0 ||
             free_and_strdup(&p->smi_configured, c->nvidia_smi_path) < 0)
                 return -ENOMEM;
         p->fail_on_init = c->nvidia_fail_on_init_error;
@@ -875,6 +904,15 @@ int nvidia_probe_configure(NvidiaProbe *p, const Config *c) {
         if (smi || !enabled || r == -EPERM) {
                 free(p->smi);
                 p->smi = TAKE_PTR(smi);
+                p->smi_env = strv_free(p->smi_env);
+                r = nvidia_tool_env(p->driver_root, p->smi, &p->smi_env);
+                if (r == -ENOMEM)
+                        return r;
+                if (r < 0)
+                        log_notice_errno(r, "No library directories in the ld cache of the driver root %s, "
+                                         "%s runs with the host's libraries: %m", p->driver_root, p->smi);
+                else if (p->smi_env)
+                        log_debug("%s runs with the libraries of the driver root %s.", p->smi, p->driver_root);
         }
         if (!enabled && nvidia_probe_busy(p))
                 /* Switched off while reading: that read is void. */

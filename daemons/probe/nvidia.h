@@ -53,11 +53,16 @@ DEFINE_CLEANUP_FUNC(NvidiaProbe, nvidia_probe_free);
 
 /* Before a configuration is taken (start, reload): with nvidia.enabled, the tools the
  * probe would run as root (nvidia.smiPath / nvidia.mpsControlPath, else the first found
- * under flags.nvidiaDriverRoot) and the driver root (whenever set, used or not) must be
+ * under flags.nvidiaDriverRoot) and the driver and device roots (whenever set, used or not) must be
  * trusted (nvidia_path_check_trusted()). -EPERM and *ret_error (caller frees) naming the key and
  * the path ("nvidia.smiPath: refusing to run nvidia-smi as root: /opt/x/nvidia-smi is
  * owned by uid 1000, not root"); a tool not found is no error here. */
 int nvidia_tools_check(const Config *c, char **ret_error);
+
+/* flags.nvidiaDriverRoot ("/" when unset) and flags.nvidiaDevRoot (the driver root when
+ * unset), as last configured. */
+const char *nvidia_probe_driver_root(const NvidiaProbe *p);
+const char *nvidia_probe_dev_root(const NvidiaProbe *p);
 
 /* Takes nvidia.enabled, the driver root, nvidia.smiPath, failOnInitError and the health
  * settings; finds nvidia-smi (nvidia_tool_find) and (re)arms the health timer. */

@@ -46,6 +46,14 @@ static int property_get_by_path_nodes(sd_bus *bus, const char *path, const char 
         return sd_bus_message_append_strv(reply, g->by_path_nodes);
 }
 
+static int property_get_mei_nodes(sd_bus *bus, const char *path, const char *interface,
+                                  const char *property, sd_bus_message *reply,
+                                  void *userdata, sd_bus_error *error) {
+        Gpu *g = userdata;
+
+        return sd_bus_message_append_strv(reply, g->mei_nodes);
+}
+
 static int property_get_mig_devices(sd_bus *bus, const char *path, const char *interface,
                                     const char *property, sd_bus_message *reply,
                                     void *userdata, sd_bus_error *error) {
@@ -289,6 +297,8 @@ static const sd_bus_vtable gpu_vtable[] = {
         SD_BUS_PROPERTY("ByPathNodes", "as", property_get_by_path_nodes, 0,
                         SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         GPU_PROP("PhysicalFunction", "s", physical_function),
+        SD_BUS_PROPERTY("MeiNodes", "as", property_get_mei_nodes, 0,
+                        SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         GPU_PROP("Index", "i", index),
         GPU_PROP("ComputeMode", "s", compute_mode),
         GPU_PROP("MigMode", "s", mig_mode),

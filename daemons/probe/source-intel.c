@@ -4,6 +4,7 @@
  */
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,7 +25,15 @@ typedef struct IntelSource {
 
         /* What check() accepted, taken by configure(). */
         uint64_t checked_override, checked_reserved;
+
+        /* Said once: GPUs whose memory is below GPU_MEMORY_RESERVED (ids, until the
+         * reserve changes), DRM cards skipped as not Intel (their lines). */
+        char **reserve_warned;
+        char **skipped_said;
 } IntelSource;
+
+/* Most entries each "said once" list keeps. */
+#define INTEL_SAID_MAX 1024
 
 static inline void udev_device_unrefp(struct udev_device **d) {
         if (*d)
@@ -41,7 +50,32 @@ static int intel_new(Manager *m, void **ret) {
 }
 
 static void intel_free(Manager *m, void *data) {
-        free(data);
+        IntelSource *s = data;
+
+        if (s) {
+                strv_free(s->reserve_warned);
+                strv_free(s->skipped_said);
+        }
+        free(s);
+}
+
+/* Adds key to a "said once" list; returns 1 if it was not there (say it now). */
+static int said_once(char ***l, const char *key) {
+        int r;
+
+        if (strv_contains(*l, key))
+                return 0;
+        if (strv_length(*l) >= INTEL_SAID_MAX) {
+                strv_free(*l);
+                *l = NULL;
+        }
+        r = strv_extend(l, key);
+        return r < 0 ? r : 1;
+}
+
+static void log_skipped(IntelSource *s, const char *line) {
+        if (said_once(&s->skipped_said, line) > 0)
+                log_info("%s", line);
 }
 
 static int intel_check(Manager *m, void *data, const Config *c, const char **ret_key) {
@@ -64,6 +98,8 @@ static int intel_check(Manager *m, void *data, const Config *c, const char **ret
 static int intel_configure(Manager *m, void *data, const Config *c) {
         IntelSource *s = data;
 
+        if (s->memory_reserved != s->checked_reserved)
+                s->reserve_warned = strv_free(s->reserve_warned);
         s->memory_override = s->checked_override;
         s->memory_reserved = s->checked_reserved;
         s->pci_grouping_level = MIN(c->intel_pci_grouping_level, (uint32_t) LABELS_INTEL_PCI_LEVEL_MAX);
@@ -78,6 +114,12 @@ static IntelSource *intel_source(Manager *m) {
 static int intel_upsert(Manager *m, Gpu *g) {
         IntelSource *s = intel_source(m);
 
+        /* The Intel labeler turns such a GPU's memory into 0 without a word; say it. */
+        if (g->memory_known && s->memory_reserved > g->memory_bytes &&
+            said_once(&s->reserve_warned, g->id) > 0)
+                log_warning("GPU %s: GPU_MEMORY_RESERVED (intel.memoryReserved) %" PRIu64 " bytes is more than "
+                            "its memory of %" PRIu64 " bytes; its memory counts as 0 in gpu.intel.com/memory.max.",
+                            g->id, s->memory_reserved, g->memory_bytes);
         gpu_apply_memory_policy(g, s->memory_override, s->memory_reserved);
         return manager_upsert_gpu(m, g);
 }
@@ -147,6 +189,12 @@ static int intel_device_event(Manager *m, void *data, struct udev_device *d) {
             !streq(action, "move"))
                 return 0;
 
+        if (streq(action, "add")) {
+                _cleanup_free_ char *line = NULL;
+
+                if (udev_scan_describe_skipped(d, &line) > 0)
+                        log_skipped(data, line);
+        }
         pci = udev_scan_pci_parent(d);
         if (!pci)
                 return 0;
@@ -166,12 +214,16 @@ static int intel_device_event(Manager *m, void *data, struct udev_device *d) {
 }
 
 static int intel_rescan(Manager *m, void *data) {
+        _cleanup_strv_free_ char **skipped = NULL;
         Gpu **found = NULL;
         int r, n;
 
-        n = udev_scan_enumerate(m->udev, &found);
+        n = udev_scan_enumerate_full(m->udev, &found, &skipped);
         if (n < 0)
                 return n;
+        /* So that an operator who sees "0 GPUs" knows why: once per card. */
+        for (char **l = skipped; l && *l; l++)
+                log_skipped(data, *l);
 
         /* Intel GPUs we know that are gone now are kept, unhealthy. */
         for (size_t i = 0; i < m->n_gpus; i++) {
@@ -199,9 +251,23 @@ static int intel_rescan(Manager *m, void *data) {
 }
 
 static int intel_labels(Manager *m, void *data, Gpu * const *gpus, size_t n, char ***ret) {
+        _cleanup_free_ LabelsIntelPci *pci = NULL;
         IntelSource *s = data;
+        int n_pci = 0;
 
-        return labels_intel_build(gpus, n, s->pci_grouping_level, ret);
+        /* NFD counts PCI functions, not served GPUs: read them as they are now. */
+        if (m->udev) {
+                n_pci = udev_scan_pci_display_functions(m->udev, &pci);
+                if (n_pci < 0) {
+                        log_debug_errno(n_pci, "Cannot list the Intel PCI display functions, ignoring: %m");
+                        n_pci = 0;
+                }
+        }
+        return labels_intel_build(gpus, n, pci, (size_t) n_pci, s->pci_grouping_level, ret);
+}
+
+static int intel_cdi_write(Manager *m, void *data, const char *directory, Gpu * const *gpus, size_t n) {
+        return cdi_intel_write(directory, gpus, n);
 }
 
 const GpuSource gpu_source_intel = {
@@ -216,5 +282,5 @@ const GpuSource gpu_source_intel = {
         .rescan = intel_rescan,
         .device_event = intel_device_event,
         .labels = intel_labels,
-        .cdi_write = cdi_intel_write,
+        .cdi_write = intel_cdi_write,
 };

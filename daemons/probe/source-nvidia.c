@@ -15,6 +15,7 @@
 #include "daemons/probe/manager.h"
 #include "daemons/probe/mps.h"
 #include "daemons/probe/nvidia.h"
+#include "daemons/probe/nvidia-driver-files.h"
 #include "daemons/probe/probe-dbus.h"
 #include "daemons/probe/source-nvidia.h"
 
@@ -86,6 +87,35 @@ static int nvidia_labels(Manager *m, void *data, Gpu * const *gpus, size_t n, ch
         return labels_nvidia_from_gpus(gpus, n, nvidia_probe_config(data), ret);
 }
 
+/* The hook binary the spec names: KGPU_CDI_HOOK (tests), else the installed one. */
+static const char *nvidia_cdi_hook(void) {
+        const char *e = getenv("KGPU_CDI_HOOK");
+
+        return !isempty(e) && e[0] == '/' ? e : KGPU_CDI_HOOK_DEFAULT;
+}
+
+static int nvidia_cdi_write(Manager *m, void *data, const char *directory, Gpu * const *gpus, size_t n) {
+        _cleanup_(nvidia_driver_files_freep) NvidiaDriverFiles *files = NULL;
+        const char *version = cdi_nvidia_driver_version(gpus, n), *root = nvidia_probe_driver_root(data);
+        CdiNvidiaOptions o = { .dev_root = nvidia_probe_dev_root(data), .hook = nvidia_cdi_hook() };
+        int r;
+
+        if (version) {
+                r = nvidia_driver_files_find(root, version, &files);
+                if (r == -ENOMEM)
+                        return r;
+                if (r < 0)
+                        /* Device nodes only: a container still gets its GPU, not the driver. */
+                        log_warning_errno(r, "Failed to find the files of NVIDIA driver %s under %s, "
+                                          "the CDI spec names the device nodes only: %m", version, root);
+                else
+                        log_debug("NVIDIA driver %s under %s: %zu files for the CDI spec.", version, root,
+                                  files->n_mounts);
+        }
+        o.files = files;
+        return cdi_nvidia_write_with(directory, gpus, n, &o);
+}
+
 const GpuSource gpu_source_nvidia = {
         .name = "NVIDIA",
         .vendor = "nvidia",
@@ -101,5 +131,5 @@ const GpuSource gpu_source_nvidia = {
         .reply_when_done = nvidia_reply_when_done,
         .log_found = nvidia_log_found,
         .labels = nvidia_labels,
-        .cdi_write = cdi_nvidia_write,
+        .cdi_write = nvidia_cdi_write,
 };

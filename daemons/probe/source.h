@@ -62,7 +62,7 @@ typedef struct GpuSource {
         int (*reply_when_done)(Manager *m, void *data, sd_bus_message *message);
         void (*log_found)(const Gpu *g);
         int (*labels)(Manager *m, void *data, Gpu * const *gpus, size_t n, char ***ret);
-        int (*cdi_write)(const char *directory, Gpu * const *gpus, size_t n);
+        int (*cdi_write)(Manager *m, void *data, const char *directory, Gpu * const *gpus, size_t n);
 } GpuSource;
 
 /* The sources, in the order they are created, configured and rescanned. */

@@ -220,6 +220,63 @@ static int read_drm_children(struct udev *udev, struct udev_device *pci, Gpu *g)
         return 0;
 }
 
+static bool digits_only(const char *s, size_t max) {
+        size_t n = strlen(s);
+
+        return n > 0 && n <= max && strspn(s, "0123456789") == n;
+}
+
+/* The GPU's MEI nodes, as the Intel plugin finds them for its monitoring resource: the
+ * mei<N> devices below an auxiliary device "<driver>.mei-<name>.<n>" that is a direct
+ * child of the PCI device (i915.mei-gsc.768/mei/mei0), with udev's device node. */
+static int read_mei_children(struct udev *udev, struct udev_device *pci, Gpu *g) {
+        _cleanup_(udev_enumerate_unrefp) struct udev_enumerate *e = NULL;
+        const char *pci_syspath = udev_device_get_syspath(pci);
+        struct udev_list_entry *i;
+        int r;
+
+        e = udev_enumerate_new(udev);
+        if (!e)
+                return -ENOMEM;
+        if ((r = udev_enumerate_add_match_subsystem(e, "mei")) < 0 ||
+            (r = udev_enumerate_add_match_parent(e, pci)) < 0 ||
+            (r = udev_enumerate_scan_devices(e)) < 0)
+                return r;
+
+        udev_list_entry_foreach(i, udev_enumerate_get_list_entry(e)) {
+                _cleanup_(udev_device_unrefp) struct udev_device *d = NULL;
+                struct udev_device *aux, *above;
+                const char *sysname, *node, *n;
+
+                d = udev_device_new_from_syspath(udev, udev_list_entry_get_name(i));
+                if (!d)
+                        continue;
+                sysname = udev_device_get_sysname(d);
+                if (!sysname || !(n = startswith(sysname, "mei")) || !digits_only(n, 9))
+                        continue;
+                /* d's parents are owned by d. */
+                aux = udev_device_get_parent(d);
+                above = aux ? udev_device_get_parent(aux) : NULL;
+                if (!aux || !above || !strstr(udev_device_get_sysname(aux) ?: "", ".mei-") ||
+                    !streq_ptr(udev_device_get_syspath(above), pci_syspath))
+                        continue;
+                node = udev_device_get_devnode(d);
+                if (isempty(node) || !(n = startswith(node, "/dev/mei")) || !digits_only(n, 9)) {
+                        log_debug("%s: MEI device without a /dev/mei<N> node, ignoring.",
+                                  udev_list_entry_get_name(i));
+                        continue;
+                }
+                if (strv_contains(g->mei_nodes, node))
+                        continue;
+                if (strv_length(g->mei_nodes) >= UDEV_SCAN_MEI_MAX)
+                        break;
+                r = strv_extend(&g->mei_nodes, node);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
 /* xe: the sum of <pci>/tile<N>/physical_vram_size_bytes. Returns 1 and the sum if at
  * least one tile's value was valid, 0 if none was. */
 static int read_xe_vram(int pci_fd, uint64_t *ret) {
@@ -371,6 +428,10 @@ int udev_scan_read_gpu(struct udev *udev, struct udev_device *pci, Gpu **ret) {
 
         read_tiles_and_memory(pci_fd, address, driver, g);
 
+        r = read_mei_children(udev, pci, g);
+        if (r < 0)
+                return r;
+
         r = gpu_update_device_nodes(g);
         if (r < 0)
                 return r;
@@ -395,10 +456,103 @@ static int gpu_cmp(const void *a, const void *b) {
         return strcmp((*(Gpu * const *) a)->id, (*(Gpu * const *) b)->id);
 }
 
+int udev_scan_describe_skipped(struct udev_device *drm, char **ret) {
+        _cleanup_(udev_device_unrefp) struct udev_device *pci = NULL;
+        _cleanup_close_ int pci_fd = -EBADF;
+        _cleanup_free_ char *vendor = NULL;
+        const char *sysname = udev_device_get_sysname(drm), *driver, *syspath;
+        uint16_t vendor_id = 0;
+        int r;
+
+        if (gpu_node_kind_from_sysname(sysname) != GPU_NODE_CARD)
+                return 0;
+        pci = udev_scan_pci_parent(drm);
+        if (!pci)
+                r = asprintf(ret, "%s (no PCI device): not an Intel GPU, skipped.", sysname);
+        else {
+                driver = udev_device_get_driver(pci);
+                syspath = udev_device_get_syspath(pci);
+                pci_fd = syspath ? dir_open(syspath) : -EBADF;
+                if (pci_fd < 0 || attr_read(pci_fd, "vendor", &vendor) < 0 ||
+                    gpu_parse_pci_id(vendor, &vendor_id) < 0)
+                        vendor_id = 0;
+                if (vendor_id == INTEL_VENDOR_ID && gpu_driver_is_intel(driver))
+                        return 0;
+                r = asprintf(ret, "%s (%s, vendor 0x%04x, driver %s): not an Intel GPU driven by i915 or xe, "
+                             "skipped%s.", sysname, udev_device_get_sysname(pci) ?: "?", (unsigned) vendor_id,
+                             isempty(driver) ? "none" : driver,
+                             vendor_id == 0x10de ? " (NVIDIA GPUs are read with nvidia-smi)" : "");
+        }
+        if (r < 0) {
+                *ret = NULL;
+                return -ENOMEM;
+        }
+        return 1;
+}
+
+static int pci_function_cmp(const void *a, const void *b) {
+        return strcmp(((const LabelsIntelPci *) a)->address, ((const LabelsIntelPci *) b)->address);
+}
+
+int udev_scan_pci_display_functions(struct udev *udev, LabelsIntelPci **ret) {
+        _cleanup_(udev_enumerate_unrefp) struct udev_enumerate *e = NULL;
+        _cleanup_free_ LabelsIntelPci *l = NULL;
+        struct udev_list_entry *i;
+        size_t n = 0;
+        int r;
+
+        e = udev_enumerate_new(udev);
+        if (!e)
+                return -ENOMEM;
+        if ((r = udev_enumerate_add_match_subsystem(e, "pci")) < 0 ||
+            (r = udev_enumerate_scan_devices(e)) < 0)
+                return r;
+        l = calloc(UDEV_SCAN_GPUS_MAX, sizeof(LabelsIntelPci));
+        if (!l)
+                return -ENOMEM;
+
+        udev_list_entry_foreach(i, udev_enumerate_get_list_entry(e)) {
+                _cleanup_close_ int fd = -EBADF;
+                _cleanup_free_ char *vendor = NULL, *class = NULL, *device = NULL;
+                const char *syspath = udev_list_entry_get_name(i), *address;
+                uint16_t vendor_id = 0, device_id = 0;
+                uint32_t cls = 0;
+
+                address = strrchr(syspath, '/');
+                address = address ? address + 1 : syspath;
+                if (!gpu_pci_address_is_valid(address) || strlen(address) >= sizeof(l[0].address))
+                        continue;
+                fd = dir_open(syspath);
+                if (fd < 0 ||
+                    attr_read(fd, "vendor", &vendor) < 0 || gpu_parse_pci_id(vendor, &vendor_id) < 0 ||
+                    vendor_id != INTEL_VENDOR_ID ||
+                    attr_read(fd, "class", &class) < 0 || gpu_parse_pci_class(class, &cls) < 0 ||
+                    ((cls >> 8) != 0x0300 && (cls >> 8) != 0x0380) ||
+                    attr_read(fd, "device", &device) < 0 || gpu_parse_pci_id(device, &device_id) < 0)
+                        continue;
+                if (n >= UDEV_SCAN_GPUS_MAX) {
+                        log_debug("More than %d Intel display functions, ignoring the rest.", UDEV_SCAN_GPUS_MAX);
+                        break;
+                }
+                strcpy(l[n].address, address);
+                l[n].pci_class = cls;
+                l[n].device_id = device_id;
+                n++;
+        }
+        if (n > 1)
+                qsort(l, n, sizeof(LabelsIntelPci), pci_function_cmp);
+        *ret = TAKE_PTR(l);
+        return (int) n;
+}
+
 int udev_scan_enumerate(struct udev *udev, Gpu ***ret) {
+        return udev_scan_enumerate_full(udev, ret, NULL);
+}
+
+int udev_scan_enumerate_full(struct udev *udev, Gpu ***ret, char ***ret_skipped) {
         _cleanup_(udev_enumerate_unrefp) struct udev_enumerate *e = NULL;
         _cleanup_(udev_scan_gpus_freep) Gpu **gpus = NULL;
-        _cleanup_strv_free_ char **parents = NULL;
+        _cleanup_strv_free_ char **parents = NULL, **skipped = NULL;
         struct udev_list_entry *i;
         size_t n = 0;
         int r;
@@ -427,6 +581,15 @@ int udev_scan_enumerate(struct udev *udev, Gpu ***ret) {
                 devtype = udev_device_get_devtype(d);
                 if (devtype && !streq(devtype, "drm_minor"))
                         continue;
+                if (ret_skipped) {
+                        char *line = NULL;
+
+                        r = udev_scan_describe_skipped(d, &line);
+                        if (r < 0)
+                                return r;
+                        if (r > 0 && (r = strv_consume(&skipped, line)) < 0)
+                                return r;
+                }
                 pci = udev_scan_pci_parent(d);
                 if (!pci)
                         continue;
@@ -465,5 +628,7 @@ int udev_scan_enumerate(struct udev *udev, Gpu ***ret) {
                 qsort(gpus, n, sizeof(Gpu *), gpu_cmp);
 
         *ret = TAKE_PTR(gpus);
+        if (ret_skipped)
+                *ret_skipped = TAKE_PTR(skipped);
         return (int) n;
 }

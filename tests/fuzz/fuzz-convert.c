@@ -301,6 +301,11 @@ static bool gpu_sane(const ProbeGpu *g) {
         for (char **p = g->by_path_nodes; *p; p++)
                 if (!startswith(*p, "/dev/dri/by-path/"))
                         return false;
+        if (!g->mei_nodes || strv_length(g->mei_nodes) > PROBE_GPUS_NODES_MAX)
+                return false;
+        for (char **p = g->mei_nodes; *p; p++)
+                if (!startswith(*p, "/dev/mei") || strchr(*p + strlen("/dev/mei"), '/'))
+                        return false;
         for (size_t i = 0; i < g->n_migs; i++)
                 if (!g->migs[i].uuid || !g->migs[i].nodes || strv_length(g->migs[i].nodes) > PROBE_GPUS_NODES_MAX)
                         return false;

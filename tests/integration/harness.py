@@ -18,7 +18,10 @@
 # KGPU_TEST_VERBOSE=1 (echo the kubelet simulator's events),
 # KGPU_VALGRIND=1 (run each daemon under valgrind's memcheck, with a normal, non-ASan
 # build: any error or definite leak makes the daemon exit 99 and the test fail; the
-# reports are in logs/valgrind-<daemon>.<pid>.log).
+# reports are in logs/valgrind-<daemon>.<pid>.log),
+# KGPU_CALLGRIND_DIR=DIR (run each daemon under valgrind's callgrind, writing
+# DIR/callgrind.<daemon>.<pid> at exit: the instruction counts of
+# bench/kgpu-bench-instructions.py).
 #
 # NVIDIA: Node(nvidia_scenario='h100-mig') points the probe at the fake tools of
 # tests/fake-nvidia (KGPU_NVIDIA_SMI, KGPU_NVIDIA_MPS_CONTROL) replaying
@@ -101,6 +104,7 @@ def mig_cap_minor(gpu, gi, ci=None):
 
 
 VALGRIND = os.environ.get('KGPU_VALGRIND') == '1'
+CALLGRIND_DIR = os.environ.get('KGPU_CALLGRIND_DIR')
 
 
 def valgrind_argv(log_dir, name):
@@ -198,6 +202,9 @@ class Daemon:
         argv = self.argv
         if VALGRIND and self.valgrind:
             argv = valgrind_argv(os.path.dirname(self.log_path), self.name) + argv
+        elif CALLGRIND_DIR and self.valgrind:
+            argv = ['valgrind', '--tool=callgrind', '--quiet', '--vgdb=no',
+                    '--callgrind-out-file=%s/callgrind.%s.%%p' % (CALLGRIND_DIR, self.name)] + argv
         self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      close_fds=True)
@@ -267,8 +274,8 @@ class Daemon:
     def stop(self, timeout=5, sig=signal.SIGTERM):
         """Stops this instance; returns its exit code (negative: killed by signal)."""
         rc = None
-        if VALGRIND and self.valgrind:
-            timeout *= 6  # memcheck's leak check at exit
+        if (VALGRIND or CALLGRIND_DIR) and self.valgrind:
+            timeout *= 6  # memcheck's leak check, callgrind's dump at exit
         if self.proc is not None:
             if self.proc.poll() is None:
                 os.kill(self.proc.pid, sig)
@@ -302,9 +309,10 @@ class Node:
 
     def __init__(self, build_root=None, layout='two-gpus', broker=True, grpcd=True, kubelet=True,
                  verbose=None, extra_env=None, config_extra='', broker_args=(), resources=None,
-                 bus_policy='', nvidia_scenario=None, nvidia_lost=None, fake_broker=None):
-        # config_extra: YAML appended to kgpu.yaml; broker_args: extra kgpu-brokerd
-        # arguments; resources: the resource names start() waits for (default: the
+                 bus_policy='', nvidia_scenario=None, nvidia_lost=None, fake_broker=None,
+                 probe_args=(), grpcd_args=()):
+        # config_extra: YAML appended to kgpu.yaml; broker_args, probe_args, grpcd_args:
+        # extra kgpu-brokerd, kgpu-probed, kgpu-grpcd arguments; resources: the resource names start() waits for (default: the
         # two of layout "two-gpus", plus nvidia.com/gpu with nvidia_scenario);
         # nvidia_scenario: fake NVIDIA tools replaying that scenario (see the top);
         # nvidia_lost: GPU indices lost from the start; fake_broker: control state of a
@@ -323,6 +331,8 @@ class Node:
         self.bus_policy = bus_policy  # XML appended to the bus config (tests of in-daemon checks)
         self.config_extra = config_extra
         self.broker_args = list(broker_args)
+        self.probe_args = list(probe_args)
+        self.grpcd_args = list(grpcd_args)
         self.nvidia_scenario = nvidia_scenario
         self.nvidia_lost = nvidia_lost
         if resources is not None:
@@ -585,7 +595,7 @@ class Node:
             'KGPU_LABELS_FEATURE_FILE': self.feature_file,
             'KGPU_CDI_SPEC_DIRECTORY': self.cdi_dir,
         }))
-        d = Daemon(self, 'probe', [self.bin('daemons', 'probe', 'kgpu-probed')], env).start()
+        d = Daemon(self, 'probe', [self.bin('daemons', 'probe', 'kgpu-probed')] + self.probe_args, env).start()
         self.daemons['probe'] = d
         return d
 
@@ -601,7 +611,7 @@ class Node:
 
     def start_grpcd(self):
         env = self._env({'KGPU_RUNTIME_DIRECTORY': os.path.join(self.tmp, 'run', 'grpc')})
-        d = Daemon(self, 'grpc', [self.bin('daemons', 'grpc', 'kgpu-grpcd')], env).start()
+        d = Daemon(self, 'grpc', [self.bin('daemons', 'grpc', 'kgpu-grpcd')] + self.grpcd_args, env).start()
         self.daemons['grpc'] = d
         return d
 

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 # test_intel_hotplug.py — a removed GPU turns Unhealthy with every shared id on it.
 #
-# Layout two-gpus, intel.sharedDevNum=3 and -enable-monitoring (flag): after "remove
+# Layout two-gpus, intel.sharedDevNum=3, -enable-monitoring -monitoring-mode=split (flags): after "remove
 # 0000:03:00.0" the i915 ListAndWatch shows 0000:03:00.0-0..2 all Unhealthy in one
 # update (measured from the write, < 500 ms), still listed; the xe shares stay Healthy;
 # i915_monitoring's "all" turns Unhealthy (its only GPU is gone), xe_monitoring does not;
@@ -72,5 +72,5 @@ def run(node):
 
 
 if __name__ == '__main__':
-    harness.run_test(run, config_extra='intel:\n  sharedDevNum: %d\n' % SHARES, broker_args=['-enable-monitoring'],
+    harness.run_test(run, config_extra='intel:\n  sharedDevNum: %d\n' % SHARES, broker_args=['-enable-monitoring', '-monitoring-mode=split'],
                      resources=[RES_I915, RES_XE, RES_I915 + '_monitoring', RES_XE + '_monitoring'])

@@ -10,8 +10,10 @@
 # its card and render node ("rw", container path = host path), its two by-path links as
 # read-only mounts (when the probe exports Gpu1.ByPathNodes), the CDI device
 # "gpu.intel.com/gpu=<id>", and no envs or annotations; the monitoring resource
-# <resource>_monitoring lists one Healthy device "all" whose Allocate grants the nodes of
-# every GPU of that resource and nothing else; an unknown id is refused naming it.
+# <resource>_monitoring (intel.monitoringMode split) lists one Healthy device "all" whose
+# Allocate grants the nodes of every GPU of that resource, their MEI nodes (two-gpus:
+# /dev/mei0 of the i915 GPU, /dev/mei1 of the xe one; never the chipset's /dev/mei2) and
+# nothing else; an unknown id is refused naming it.
 # The sriov and many-vfs layouts need the probe's SR-IOV support (Gpu1.PhysicalFunction); without it
 # that layout is reported as skipped, the others still run.
 
@@ -50,6 +52,10 @@ LAYOUTS = {
 }
 
 
+# The MEI nodes of the GPUs that have one (layout two-gpus).
+MEI = {'0000:03:00.0': ['/dev/mei0'], '0000:04:00.0': ['/dev/mei1']}
+
+
 def nodes(card, render):
     return ['/dev/dri/card%d' % card, '/dev/dri/renderD%d' % render]
 
@@ -80,7 +86,7 @@ def check_layout(node, layout, expected):
         check([(x['id'], x['health']) for x in mdevs] == [('all', 'Healthy')], '%s %s: %r' % (layout, res + MON, mdevs))
         c = mon.allocate(['all'])
         got = sorted(x['host_path'] for x in c['devices'])
-        want = sorted(p for _, card, render, _ in gpus for p in nodes(card, render))
+        want = sorted(p for gid, card, render, _ in gpus for p in nodes(card, render) + MEI.get(gid, []))
         check(got == want, '%s %s: monitoring devices %r, expected %r' % (layout, res, got, want))
         check(not c['mounts'] and not c['cdi_devices'], '%s monitoring extras %r' % (layout, c))
 
@@ -107,7 +113,7 @@ def run(node):
         print('layouts skipped (probe without SR-IOV support): %s' % ', '.join(skipped))
 
 
-CONFIG = 'intel:\n  enableMonitoring: true\n  cdiDevices: true\n'
+CONFIG = 'intel:\n  enableMonitoring: true\n  monitoringMode: split\n  cdiDevices: true\n'
 
 if __name__ == '__main__':
     harness.run_test(run, config_extra=CONFIG,

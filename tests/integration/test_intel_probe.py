@@ -3,8 +3,11 @@
 # test_intel_probe.py — kgpu-probed alone (no broker) on each Intel testbed layout: its
 # io.kgpu.Gpu1 objects, the NFD feature file and the CDI spec it writes, against the
 # values written below; then, on "sriov", a VF removed by uevent turns Unhealthy and
-# leaves the labels and the CDI spec, and comes back with an add uevent; and on
-# "integrated", GPU_MEMORY_OVERRIDE from the intel: section of the config file.
+# leaves the labels and the CDI spec (NFD's counts stay 5: the PF and its 4 VFs are PCI
+# functions still), and comes back with an add uevent; on "integrated",
+# GPU_MEMORY_OVERRIDE from the intel: section of the config file; on "two-gpus" the GPUs'
+# MeiNodes; on "bochs" (a VM's bochs-drm card, no Intel GPU) no GPU, no label, and one
+# line at info naming the card, said once even when the card is removed and added again.
 
 import json
 import os
@@ -37,9 +40,9 @@ LAYOUTS = {
     'sriov': (
         [('0000:4d:00.%d' % f, f, 0, '0000:4d:00.0', 4 * GIB, 1, 0x038000) for f in range(1, 5)],
         ['gpu.intel.com/cards=card1.card2.card3.card4',
-         'gpu.intel.com/device-id.0380-56c0.count=4',
+         'gpu.intel.com/device-id.0380-56c0.count=5',
          'gpu.intel.com/device-id.0380-56c0.present=true',
-         'gpu.intel.com/device.count=4',
+         'gpu.intel.com/device.count=5',
          'gpu.intel.com/family=Flex_Series',
          'gpu.intel.com/gpu-numbers=1.2.3.4',
          'gpu.intel.com/memory.max=17179869184',
@@ -51,9 +54,9 @@ LAYOUTS = {
         [('0000:%s:%02x.%d' % (bus, k // 8, k % 8), card0 + k, numa, '0000:%s:00.0' % bus, 4 * GIB, 1, 0x038000)
          for bus, card0, numa in (('4d', 0, 0), ('ca', 17, 1)) for k in range(1, 17)],
         ['gpu.intel.com/cards=card1.card10.card11.card12.card13.card14.card15.card16.card18.c',
-         'gpu.intel.com/device-id.0380-56c0.count=32',
+         'gpu.intel.com/device-id.0380-56c0.count=34',
          'gpu.intel.com/device-id.0380-56c0.present=true',
-         'gpu.intel.com/device.count=32',
+         'gpu.intel.com/device.count=34',
          'gpu.intel.com/family=Flex_Series',
          'gpu.intel.com/gpu-numbers2=Z.30.31.32.33.4.5.6.7.8.9',
          'gpu.intel.com/gpu-numbers=1.10.11.12.13.14.15.16.18.19.2.20.21.22.23.24.25.26.27.28.29.3',
@@ -67,9 +70,8 @@ LAYOUTS = {
         [('0000:03:00.0', 0, 0, '', 16 * GIB, 1, 0x030000),
          ('0000:04:00.0', 1, 0, '', 12 * GIB, 1, 0x030000)],
         ['gpu.intel.com/cards=card0.card1',
-         'gpu.intel.com/device-id.0300-56a0.count=1',
+         'gpu.intel.com/device-id.0300-56a0.count=2',
          'gpu.intel.com/device-id.0300-56a0.present=true',
-         'gpu.intel.com/device-id.0300-e20b.count=1',
          'gpu.intel.com/device-id.0300-e20b.present=true',
          'gpu.intel.com/family=A_Series',
          'gpu.intel.com/gpu-numbers=0.1',
@@ -87,6 +89,10 @@ LAYOUTS = {
          'gpu.intel.com/millicores=1000',
          'gpu.intel.com/tiles=1']),
 }
+
+# MEI nodes (/dev/mei<N> below <pci>/<driver>.mei-*/mei/): two-gpus only; its chipset MEI
+# (/dev/mei2) is no GPU's.
+MEI = {'two-gpus': {'0000:03:00.0': ['/dev/mei0'], '0000:04:00.0': ['/dev/mei1']}}
 
 # The integrated GPU has no lmem_total_bytes: GPU_MEMORY_OVERRIDE from the config file.
 CONFIG = {'integrated': 'intel:\n  memoryOverride: "4000000000"\n'}
@@ -148,6 +154,8 @@ def check_layout(node, layout):
         links = [] if layout == 'two-gpus' else ['/dev/dri/by-path/pci-%s-card' % gid,
                                                  '/dev/dri/by-path/pci-%s-render' % gid]
         check(o['ByPathNodes'] == links, '%s %s: ByPathNodes %r' % (layout, gid, o['ByPathNodes']))
+        mei = MEI.get(layout, {}).get(gid, [])
+        check(o['MeiNodes'] == mei, '%s %s: MeiNodes %r, expected %r' % (layout, gid, o['MeiNodes'], mei))
     text = wait(lambda: read(node.feature_file), 'the feature file')
     check(text.splitlines() == labels, '%s: labels\n%s\nexpected\n%s' % (layout, text, '\n'.join(labels)))
     cdi = wait(lambda: cdi_devices(node), 'the CDI spec')
@@ -164,6 +172,8 @@ def vf_hotplug(node):
     wait(lambda: 'gpu.intel.com/gpu-numbers=1.3.4\n' in (read(node.feature_file) or ''), 'labels without the VF')
     text = read(node.feature_file)
     check('gpu.intel.com/millicores=3000\n' in text and 'gpu.intel.com/tiles=3\n' in text, text)
+    # NFD counts PCI functions: the VF's DRM nodes going away changes no count.
+    check('gpu.intel.com/device-id.0380-56c0.count=5\n' in text and 'gpu.intel.com/device.count=5\n' in text, text)
     check(sorted(cdi_devices(node)) == ['0000:4d:00.1', '0000:4d:00.3', '0000:4d:00.4'], 'CDI after removal')
     node.testbed_cmd('add ' + vf)
     wait(lambda: probe_gpus(node)[vf]['Health'] == 'Healthy', vf + ' Healthy again')
@@ -172,9 +182,31 @@ def vf_hotplug(node):
     print('sriov: VF remove/add ok')
 
 
+BOCHS_LINE = ('card0 (0000:00:02.0, vendor 0x1234, driver bochs-drm): not an Intel GPU driven by i915 or xe, '
+              'skipped.')
+
+
+def bochs():
+    with harness.Node(layout='bochs', broker=False, kubelet=False) as n:
+        n.daemons['probe'].wait_notify('READY', '1', timeout=20)
+        check(probe_gpus(n) == {}, 'GPUs on a node with only a bochs-drm card: %r' % probe_gpus(n))
+        wait(lambda: BOCHS_LINE in n.daemons['probe'].log_text(), 'the skipped card line')
+        # The card goes and comes back (remove and add uevents): nothing more is said.
+        n.testbed_cmd('remove 0000:00:02.0')
+        n.testbed_cmd('add 0000:00:02.0')
+        time.sleep(1.0)
+        log = n.daemons['probe'].log_text()
+        said = [l for l in log.splitlines() if BOCHS_LINE in l]
+        check(len(said) == 1, 'the skipped card said %d times:\n%s' % (len(said), log))
+        check('<' not in said[0].split(']: ', 1)[1][:1], 'not at info: %r' % said[0])
+        check(read(n.feature_file) is None, 'labels without an Intel GPU: %r' % read(n.feature_file))
+        print('bochs: 0 GPUs, "%s" once at info' % BOCHS_LINE)
+
+
 def run(node):
     check_layout(node, 'sriov')
     vf_hotplug(node)
+    bochs()
     for layout in ('eight-gpus', 'many-vfs', 'two-gpus', 'integrated'):
         with harness.Node(layout=layout, broker=False, kubelet=False, config_extra=CONFIG.get(layout, '')) as n:
             check_layout(n, layout)

@@ -9,8 +9,11 @@
 # malformed line and says when the file is missing; `rescan` works for root and is an
 # "access denied" line for nobody; `render-device` (no bus at all) picks render nodes
 # by minor number from KGPU_DEV_ROOT/dri, N from 1, with clear errors for N out of
-# range, a non-number and an empty directory; with the broker stopped, `resources`
-# and `status` fail naming kgpu-brokerd as not running.
+# range, a non-number and an empty directory; every command `kgpuctl --help` lists
+# prints valid JSON with --json before or after it (-json too), --config works after
+# the command, and arguments a command does not take, unknown and abbreviated options
+# are errors; with the broker stopped, `resources` and `status` fail naming
+# kgpu-brokerd as not running.
 
 import json
 import os
@@ -117,6 +120,46 @@ def test_render_device(node):
         check(p.returncode != 0 and msg in p.stderr, 'render-device %s: %r' % (bad, p.stderr))
 
 
+def commands(node):
+    """The commands `kgpuctl --help` lists: every one, also those added later."""
+    p = ctl(node, '--help')
+    text = p.stdout.split('Commands:\n', 1)[1].split('\n\n', 1)[0]
+    names = [l.split()[0] for l in text.splitlines() if l.strip()]
+    check(len(names) >= 7 and 'render-device' in names, 'commands in --help: %r' % p.stdout)
+    return names
+
+
+def test_json_anywhere(node):
+    # After test_render_device: KGPU_DEV_ROOT/dri holds three render nodes.
+    labels = os.path.join(node.tmp, 'features-json')
+    with open(labels, 'w') as f:
+        f.write('gpu.intel.com/cards=card0\n')
+    env = {'KGPU_LABELS_FEATURE_FILE': labels, 'KGPU_DEV_ROOT': os.path.join(node.tmp, 'devroot')}
+    for cmd in commands(node):
+        for args in (('--json', cmd), (cmd, '--json'), (cmd, '-json')):
+            p = ctl(node, *args, env=env)
+            check(p.returncode == 0, 'kgpuctl %s: %r %r' % (' '.join(args), p.stdout, p.stderr))
+            try:
+                json.loads(p.stdout)
+            except ValueError:
+                check(False, 'kgpuctl %s: not JSON: %r' % (' '.join(args), p.stdout))
+    p = ctl(node, 'render-device', '2', '--json', env=env)
+    check(p.returncode == 0 and json.loads(p.stdout)['index'] == 2, 'render-device 2 --json: %r' % p.stdout)
+    # --config after the command too.
+    cfg = os.path.join(node.tmp, 'kgpuctl-labels.yaml')
+    with open(cfg, 'w') as f:
+        f.write('labels:\n  featureFile: %s\n' % labels)
+    p = ctl(node, 'labels', '--config', cfg, '--json')
+    check(p.returncode == 0 and json.loads(p.stdout) == {'gpu.intel.com/cards': 'card0'},
+          'labels --config FILE --json: %r %r' % (p.stdout, p.stderr))
+    # Arguments a command does not take, unknown and abbreviated options: errors.
+    for args, msg in ((('devices', 'extra'), 'takes no arguments'), (('devices', '--jso'), 'unknown option'),
+                      (('--vers',), 'unknown option'), (('devices', '--json=yes'), 'takes no value')):
+        p = ctl(node, *args)
+        check(p.returncode != 0 and msg in p.stderr and p.stdout == '',
+              'kgpuctl %s: %r %r' % (' '.join(args), p.stdout, p.stderr))
+
+
 def test_daemon_down(node):
     node.daemons['broker'].stop()
     p = ctl(node, 'resources')
@@ -131,6 +174,7 @@ def run(node):
     test_labels(node)
     test_rescan(node)
     test_render_device(node)
+    test_json_anywhere(node)
     test_daemon_down(node)
 
 

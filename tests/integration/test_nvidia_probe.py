@@ -113,7 +113,7 @@ def check_h100_mig(node):
         'DeviceNodes': ['/dev/nvidia0', '/dev/nvidiactl', '/dev/nvidia-uvm', '/dev/nvidia-uvm-tools'],
         'Uuid': 'GPU-00000000-0000-0000-0000-000000000000',
         'Health': 'Healthy', 'HealthReason': '', 'PciClass': 0x030200,
-        'ByPathNodes': [], 'PhysicalFunction': '',
+        'ByPathNodes': [], 'MeiNodes': [], 'PhysicalFunction': '',
         'Index': 0, 'ComputeMode': 'Default', 'MigMode': 'Enabled',
         'MigDevices': [
             [0, 'MIG-00000000-0000-0000-0000-000000000000', '3g.40gb', 2, 0, [cap(2), cap(2, 0)], 40448 << 20],

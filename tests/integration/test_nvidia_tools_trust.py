@@ -10,6 +10,7 @@
 #    naming the mode;
 #  - nvidia-smi of root in a directory owned by uid 65534 (who could replace it);
 #  - flags.nvidiaDriverRoot owned by uid 65534 with a root-owned usr/bin/nvidia-smi;
+#  - flags.nvidiaDevRoot owned by uid 65534 (its nodes go into containers);
 #  - the same copies, trusted (root's, 0755): the probe starts and serves the L40S, so
 #    the refusals above are about ownership and mode, nothing else;
 #  - on reload (SIGHUP) a driver root owned by uid 65534 is refused with the same error,
@@ -105,6 +106,15 @@ def check_start(tmp):
                    ['flags.nvidiaDriverRoot', '%s is owned by uid 65534' % droot],
                    smi=None, config='flags:\n  nvidiaDriverRoot: %s\n' % droot)
     os.chown(droot, 0, 0)
+
+    # A device root of uid 65534: the CDI spec would hand its nodes to containers.
+    devroot = os.path.join(tmp, 'devroot')
+    os.makedirs(devroot, mode=0o755)
+    os.chown(devroot, NOBODY, NOBODY)
+    expect_refused('a device root of uid 65534', tmp,
+                   ['Invalid configuration: flags.nvidiaDevRoot: refusing to hand out device nodes from there',
+                    '%s is owned by uid 65534' % devroot], smi=smi, config='flags:\n  nvidiaDevRoot: %s\n' % devroot)
+    os.chown(devroot, 0, 0)
 
     # The same copies, trusted: the probe gets past its configuration and runs nvidia-smi
     # (it stops later, at the bus this test does not provide).

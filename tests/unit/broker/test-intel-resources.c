@@ -235,6 +235,91 @@ START_TEST(test_allocate_answer) {
 }
 END_TEST
 
+/* intel.monitoringMode single (the Intel plugin's default): one gpu.intel.com/monitoring
+ * covering the i915 and the xe GPU, granting their DRM and MEI nodes; split: per driver,
+ * MEI nodes too. A GPU the id filter leaves out is covered by neither. */
+START_TEST(test_monitoring_modes) {
+        _cleanup_(resources_freep) Resources *r = NULL;
+        static char *mei0[] = { (char *) "/dev/mei0", NULL }, *mei1[] = { (char *) "/dev/mei1", NULL };
+        static char *allow[] = { (char *) "0x56a0", (char *) "0xe20b", NULL };
+        GpuInfo a = gpu("0000:03:00.0", true, "/dev/dri/card0", "/dev/dri/renderD128");
+        GpuInfo b = gpu("0000:04:00.0", true, "/dev/dri/card1", "/dev/dri/renderD129");
+        GpuInfo c = gpu("0000:05:00.0", true, "/dev/dri/card2", "/dev/dri/renderD130");
+        char *all[] = { (char *) "all", NULL };
+        char *share[] = { (char *) "0000:03:00.0", NULL };
+        _cleanup_free_ DeviceSpec *s = NULL;
+        _cleanup_free_ MountSpec *mo = NULL;
+        _cleanup_strv_free_ char **cdi = NULL;
+        size_t n, nm;
+
+        a.mei_nodes = mei0;
+        a.device_id = 0x56a0;
+        b.driver = (char *) "xe";
+        b.mei_nodes = mei1;
+        b.device_id = 0xe20b;
+        c.device_id = 0x0bd5;           /* not allowed */
+        ck_assert_int_eq(resources_new(true, &r), 0);
+        ck_assert_int_eq(resources_set_intel_options(r, 1, ALLOCATION_POLICY_NONE, true, BY_PATH_SINGLE, true), 0);
+        ck_assert_int_eq(resources_set_intel_monitoring_mode(r, INTEL_MONITORING_MODE_SINGLE), 0);
+        ck_assert_int_eq(resources_set_id_filters(r, allow, NULL), 0);
+        ck_assert_int_eq(resources_update_gpu(r, "/io/kgpu/Probe1/gpu/a", &a, NULL), 1);
+        ck_assert_int_eq(resources_update_gpu(r, "/io/kgpu/Probe1/gpu/b", &b, NULL), 1);
+        ck_assert_int_eq(resources_update_gpu(r, "/io/kgpu/Probe1/gpu/c", &c, NULL), 1);
+
+        ck_assert_str_eq(joined(r->seen), "gpu.intel.com/i915,gpu.intel.com/monitoring,gpu.intel.com/xe");
+        ck_assert_str_eq(device_list(r, RESOURCE_INTEL_MONITORING), "all");
+        ck_assert(resources_is_monitoring(r, RESOURCE_INTEL_MONITORING));
+        ck_assert(!resources_is_monitoring(r, "gpu.intel.com/i915_monitoring"));
+        ck_assert_uint_eq(resources_share_limit(r, RESOURCE_INTEL_MONITORING), 0);
+
+        ck_assert_int_eq(resources_allocate_container(r, RESOURCE_INTEL_MONITORING, all, &s, &n), 0);
+        ck_assert_uint_eq(n, 6);
+        ck_assert_str_eq(s[0].host_path, "/dev/dri/card0");
+        ck_assert_str_eq(s[1].host_path, "/dev/dri/renderD128");
+        ck_assert_str_eq(s[2].host_path, "/dev/mei0");
+        ck_assert_str_eq(s[2].container_path, "/dev/mei0");
+        ck_assert_str_eq(s[2].permissions, "rw");
+        ck_assert_str_eq(s[3].host_path, "/dev/dri/card1");
+        ck_assert_str_eq(s[5].host_path, "/dev/mei1");
+        s = mfree(s);
+        ck_assert_int_eq(resources_allocate_extras(r, RESOURCE_INTEL_MONITORING, all, &mo, &nm, &cdi), 0);
+        ck_assert_uint_eq(nm, 0);
+        ck_assert_uint_eq(strv_length(cdi), 0);
+        mo = mfree(mo);
+        cdi = strv_free(cdi);
+
+        /* A GPU's own resource never gets its MEI nodes. */
+        ck_assert_int_eq(resources_allocate_container(r, RESOURCE_INTEL_I915, share, &s, &n), 0);
+        ck_assert_uint_eq(n, 2);
+        s = mfree(s);
+
+        /* Healthy while one covered GPU is. */
+        a.healthy = false;
+        ck_assert_int_eq(resources_update_gpu(r, "/io/kgpu/Probe1/gpu/a", &a, NULL), 0);
+        ck_assert_str_eq(device_list(r, RESOURCE_INTEL_MONITORING), "all");
+        ck_assert_int_eq(resources_allocate_container(r, RESOURCE_INTEL_MONITORING, all, &s, &n), 0);
+        ck_assert_uint_eq(n, 3);                /* b's only */
+        ck_assert_str_eq(s[2].host_path, "/dev/mei1");
+        s = mfree(s);
+        b.healthy = false;
+        ck_assert_int_eq(resources_update_gpu(r, "/io/kgpu/Probe1/gpu/b", &b, NULL), 0);
+        ck_assert_str_eq(device_list(r, RESOURCE_INTEL_MONITORING), "all!");
+
+        /* split: per driver, MEI nodes included. */
+        ck_assert_int_eq(resources_set_intel_monitoring_mode(r, INTEL_MONITORING_MODE_SPLIT), 0);
+        a.healthy = b.healthy = true;
+        ck_assert_int_eq(resources_update_gpu(r, "/io/kgpu/Probe1/gpu/a", &a, NULL), 0);
+        ck_assert_int_eq(resources_update_gpu(r, "/io/kgpu/Probe1/gpu/b", &b, NULL), 0);
+        ck_assert(!resources_is_monitoring(r, RESOURCE_INTEL_MONITORING));
+        ck_assert(resources_is_monitoring(r, "gpu.intel.com/xe_monitoring"));
+        ck_assert_int_eq(resources_allocate_container(r, "gpu.intel.com/xe_monitoring", all, &s, &n), 0);
+        ck_assert_uint_eq(n, 3);
+        ck_assert_str_eq(s[0].host_path, "/dev/dri/card1");
+        ck_assert_str_eq(s[2].host_path, "/dev/mei1");
+        ck_assert_int_eq(resources_set_intel_monitoring_mode(r, (ConfigIntelMonitoringMode) 7), -EINVAL);
+}
+END_TEST
+
 /* The borrowed device list (built once per change) is always the list a fresh build
  * gives, through random updates, health flips, removals and option changes; a view
  * taken for one resource stays right while another is viewed. */
@@ -300,6 +385,7 @@ static Suite *intel_resources_suite(void) {
         tcase_add_test(tc, test_shares_health);
         tcase_add_test(tc, test_preferred_policies);
         tcase_add_test(tc, test_allocate_answer);
+        tcase_add_test(tc, test_monitoring_modes);
         tcase_add_test(tc, test_devices_view_follows_changes);
         suite_add_tcase(s, tc);
         return s;

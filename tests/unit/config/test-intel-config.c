@@ -63,6 +63,7 @@ START_TEST(test_defaults) {
         ck_assert(!c->intel_cdi_devices);
         ck_assert_ptr_null(c->intel_allow_ids);
         ck_assert_ptr_null(c->intel_deny_ids);
+        ck_assert_int_eq(c->intel_monitoring_mode, INTEL_MONITORING_MODE_SINGLE);       /* the Intel plugin's default */
 }
 END_TEST
 
@@ -71,7 +72,7 @@ START_TEST(test_go_flags) {
         static const char * const args[] = {
                 "-shared-dev-num", "4", "-allocation-policy=balanced", "-enable-monitoring",
                 "-resource-manager", "-health-management", "-bypath", "all",
-                "-allow-ids", "0x56a0,56c0", "-deny-ids=0x0bd5", NULL };
+                "-allow-ids", "0x56a0,0x56c0", "-monitoring-mode=split", NULL };
         _cleanup_(config_freep) Config *c = from_argv(args);
 
         ck_assert_ptr_nonnull(c);
@@ -82,9 +83,91 @@ START_TEST(test_go_flags) {
         ck_assert(c->intel_health_management);
         ck_assert_int_eq(c->intel_by_path, BY_PATH_ALL);
         ck_assert_uint_eq(strv_length(c->intel_allow_ids), 2);
-        ck_assert_str_eq(c->intel_allow_ids[1], "56c0");
-        ck_assert_uint_eq(strv_length(c->intel_deny_ids), 1);
+        ck_assert_str_eq(c->intel_allow_ids[1], "0x56c0");
+        ck_assert_ptr_null(c->intel_deny_ids);
+        ck_assert_int_eq(c->intel_monitoring_mode, INTEL_MONITORING_MODE_SPLIT);
+}
+END_TEST
+
+/* -allow-ids / -deny-ids as the Intel plugin validates them: items split at ',' and
+ * trimmed; then "0x" + four lowercase hex digits each, no empty item; not both lists. */
+START_TEST(test_pci_id_lists) {
+        static const char * const spaced[] = { "-allow-ids=0x1234 ,0x9876", NULL };
+        static const char * const spaced_more[] = { "-deny-ids", " 0x0bd5 , 0x56c0 ", NULL };
+        static const char * const empty[] = { "-allow-ids=", NULL };
+        static const char * const refused[][3] = {
+                { "-allow-ids=56c0", NULL },            /* no 0x */
+                { "-allow-ids=0x56C0", NULL },          /* uppercase */
+                { "-deny-ids=0X56c0", NULL },
+                { "-allow-ids=0x56c", NULL },           /* three digits */
+                { "-allow-ids=0x56c00", NULL },
+                { "-allow-ids=0x1234,", NULL },         /* empty item */
+                { "-deny-ids=,0x1234", NULL },
+                { "-allow-ids=0x1234,,0x9876", NULL },
+                { "-allow-ids= ", NULL },
+                { "-allow-ids=0x12 34", NULL },
+                { "-allow-ids=0x56a0", "-deny-ids=0x0bd5" },    /* both */
+        };
+        Config *c;
+
+        c = from_argv(spaced);
+        ck_assert_ptr_nonnull(c);
+        ck_assert_uint_eq(strv_length(c->intel_allow_ids), 2);
+        ck_assert_str_eq(c->intel_allow_ids[0], "0x1234");
+        ck_assert_str_eq(c->intel_allow_ids[1], "0x9876");
+        config_free(c);
+
+        c = from_argv(spaced_more);
+        ck_assert_ptr_nonnull(c);
+        ck_assert_uint_eq(strv_length(c->intel_deny_ids), 2);
         ck_assert_str_eq(c->intel_deny_ids[0], "0x0bd5");
+        ck_assert_str_eq(c->intel_deny_ids[1], "0x56c0");
+        config_free(c);
+
+        c = from_argv(empty);
+        ck_assert_ptr_nonnull(c);
+        ck_assert_ptr_null(c->intel_allow_ids);
+        config_free(c);
+
+        for (size_t i = 0; i < ELEMENTSOF(refused); i++)
+                ck_assert_msg(!from_argv(refused[i]), "accepted %s %s", refused[i][0], refused[i][1] ?: "");
+}
+END_TEST
+
+START_TEST(test_pci_id_errors) {
+        static const struct {
+                const char *text, *want;
+        } cases[] = {
+                { "intel:\n  allowIDs: \"0x56C0\"\n",
+                  "kgpu.yaml:2: intel.allowIDs: expected PCI device ids of 0x and four lowercase hex digits "
+                  "(0x56c0), comma separated, got '0x56C0'" },
+                { "intel:\n  denyIDs: [\"0x0bd5\", \"56c0\"]\n",
+                  "kgpu.yaml:2: intel.denyIDs: expected PCI device ids of 0x and four lowercase hex digits "
+                  "(0x56c0), comma separated, got '56c0'" },
+                { "intel:\n  allowIDs: \"0x56a0,\"\n",
+                  "kgpu.yaml:2: intel.allowIDs: empty PCI device id in the list, got '0x56a0,'" },
+                { "intel:\n  allowIDs: [\"0x56a0\"]\n  denyIDs: 0x0bd5\n",
+                  "intel.allowIDs (-allow-ids) and intel.denyIDs (-deny-ids) cannot be used together" },
+                { "intel:\n  monitoringMode: both\n",
+                  "kgpu.yaml:2: intel.monitoringMode: expected single or split, got 'both'" },
+        };
+        _cleanup_free_ char *err = NULL;
+        _cleanup_(config_freep) Config *c = NULL;
+
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                _cleanup_free_ char *e = NULL;
+
+                ck_assert_ptr_null(from_yaml(cases[i].text, &e));
+                ck_assert_ptr_nonnull(e);
+                ck_assert_msg(startswith(e, cases[i].want), "got '%s', want '%s...'", e, cases[i].want);
+        }
+
+        /* Spaces around list items, in a YAML list as on the command line. */
+        c = from_yaml("intel:\n  denyIDs: [\" 0x0bd5\", \"0x56c0 \"]\n  monitoringMode: split\n", &err);
+        ck_assert_msg(c != NULL, "%s", err ?: "");
+        ck_assert_str_eq(c->intel_deny_ids[0], "0x0bd5");
+        ck_assert_str_eq(c->intel_deny_ids[1], "0x56c0");
+        ck_assert_int_eq(c->intel_monitoring_mode, INTEL_MONITORING_MODE_SPLIT);
 }
 END_TEST
 
@@ -134,7 +217,7 @@ START_TEST(test_yaml_intel_section) {
                 "  byPath: none\n"
                 "  cdiDevices: true\n"
                 "  allowIDs: [\"0x56a0\", \"0x56c1\"]\n"
-                "  denyIDs: 0x0bd5\n", &err);
+                "  monitoringMode: single\n", &err);
 
         ck_assert_msg(c != NULL, "%s", err ?: "");
         ck_assert_uint_eq(c->intel_shared_dev_num, 16);
@@ -145,7 +228,8 @@ START_TEST(test_yaml_intel_section) {
         ck_assert_int_eq(c->intel_by_path, BY_PATH_NONE);
         ck_assert(c->intel_cdi_devices);
         ck_assert_uint_eq(strv_length(c->intel_allow_ids), 2);
-        ck_assert_str_eq(c->intel_deny_ids[0], "0x0bd5");
+        ck_assert_ptr_null(c->intel_deny_ids);
+        ck_assert_int_eq(c->intel_monitoring_mode, INTEL_MONITORING_MODE_SINGLE);
 }
 END_TEST
 
@@ -201,6 +285,8 @@ static Suite *intel_config_suite(void) {
         tcase_add_test(tc, test_defaults);
         tcase_add_test(tc, test_go_flags);
         tcase_add_test(tc, test_go_flags_more);
+        tcase_add_test(tc, test_pci_id_lists);
+        tcase_add_test(tc, test_pci_id_errors);
         tcase_add_test(tc, test_yaml_intel_section);
         tcase_add_test(tc, test_yaml_errors);
         tcase_add_test(tc, test_flag_beats_file);

@@ -72,16 +72,19 @@ typedef struct TGpu {
         TMig migs[2];
         size_t n_migs;
         bool id_as_int;
+        const char *mei[2];
 } TGpu;
 
 static const TGpu gpu_i915 = {
         "/io/kgpu/Probe1/gpu/pci_0000_03_00_0", I915, "intel", "i915", "", "/dev/dri/card0", "/dev/dri/renderD128", "",
         -1, { "/dev/dri/card0", "/dev/dri/renderD128" },
         { "/dev/dri/by-path/pci-" I915 "-card", "/dev/dri/by-path/pci-" I915 "-render" },
+        .mei = { "/dev/mei0" },
 };
 static const TGpu gpu_xe = {
         "/io/kgpu/Probe1/gpu/pci_0000_04_00_0", XE, "intel", "xe", "", "/dev/dri/card1", "/dev/dri/renderD129", "",
         -1, { "/dev/dri/card1", "/dev/dri/renderD129" }, { "/dev/dri/by-path/pci-" XE "-card" },
+        .mei = { "/dev/mei1" },
 };
 static const TGpu gpu_nv0 = {
         "/io/kgpu/Probe1/gpu/nv0", NV0, "nvidia", "nvidia", NV0, "", "", "",
@@ -122,6 +125,7 @@ static void append_props(sd_bus_message *m, const TGpu *g) {
         ck_assert_int_ge(sd_bus_message_append(m, "{sv}", "MemoryBytes", "t", UINT64_C(1) << 34), 0);
         append_strv(m, "DeviceNodes", g->nodes, ELEMENTSOF(g->nodes));
         append_strv(m, "ByPathNodes", g->by_path, ELEMENTSOF(g->by_path));
+        append_strv(m, "MeiNodes", g->mei, ELEMENTSOF(g->mei));
         ck_assert_int_ge(sd_bus_message_open_container(m, 'e', "sv"), 0);
         ck_assert_int_ge(sd_bus_message_append(m, "s", "MigDevices"), 0);
         ck_assert_int_ge(sd_bus_message_open_container(m, 'v', "a(ussuuast)"), 0);
@@ -403,6 +407,27 @@ START_TEST(test_intel_monitoring) {
                 .devices = { { "/dev/dri/card1", "/dev/dri/card1", "rw" } } });
         /* "all" means nothing elsewhere. */
         refused(s, "gpu.intel.com/i915", IDS("all"), &i915_nodes, "name no GPU");
+
+        /* A monitoring grant takes its GPUs' MeiNodes, only theirs. */
+        pass(s, "gpu.intel.com/i915_monitoring", IDS("all"), &(TAnswer) {
+                .devices = { { "/dev/dri/card0", "/dev/dri/card0", "rw" }, { "/dev/mei0", "/dev/mei0", "rw" } } });
+        refused(s, "gpu.intel.com/i915_monitoring", IDS("all"), &(TAnswer) {
+                .devices = { { "/dev/mei1", "/dev/mei1", "rw" } } }, "mei1");
+        refused(s, "gpu.intel.com/i915_monitoring", IDS("all"), &(TAnswer) {
+                .devices = { { "/dev/mei2", "/dev/mei2", "rw" } } }, "mei2");
+        /* A GPU's own resource does not. */
+        refused(s, "gpu.intel.com/i915", IDS(I915), &(TAnswer) {
+                .devices = { { "/dev/dri/card0", "/dev/dri/card0", "rw" }, { "/dev/mei0", "/dev/mei0", "rw" } } },
+                "mei0");
+
+        /* gpu.intel.com/monitoring (monitoringMode single): every Intel GPU, no other. */
+        pass(s, "gpu.intel.com/monitoring", IDS("all"), &(TAnswer) {
+                .devices = { { "/dev/dri/card0", "/dev/dri/card0", "rw" }, { "/dev/dri/renderD128", "/dev/dri/renderD128", "rw" },
+                             { "/dev/mei0", "/dev/mei0", "rw" }, { "/dev/dri/card1", "/dev/dri/card1", "rw" },
+                             { "/dev/dri/renderD129", "/dev/dri/renderD129", "rw" }, { "/dev/mei1", "/dev/mei1", "rw" } } });
+        refused(s, "gpu.intel.com/monitoring", IDS("all"), &(TAnswer) {
+                .devices = { { "/dev/nvidia0", "/dev/nvidia0", "rw" } } }, "nvidia0");
+        refused(s, "gpu.intel.com/monitoring", IDS(I915), &i915_nodes, "name no GPU");
 }
 END_TEST
 

@@ -48,10 +48,17 @@ static void check_labels(char **got, const char * const *want) {
         ck_assert_msg(ok, "labels differ");
 }
 
+/* The labels of gpus and of the PCI functions of the loaded testbed, as the probe makes them. */
 static char **build_labels(Gpu **gpus, unsigned level) {
+        _cleanup_(udev_unrefp) struct udev *udev = udev_new();
+        _cleanup_free_ LabelsIntelPci *pci = NULL;
         char **l = NULL;
+        int n;
 
-        ck_assert_int_eq(labels_intel_build(gpus, strv_length((char **) gpus), level, &l), 0);
+        ck_assert_ptr_nonnull(udev);
+        n = udev_scan_pci_display_functions(udev, &pci);
+        ck_assert_int_ge(n, 0);
+        ck_assert_int_eq(labels_intel_build(gpus, strv_length((char **) gpus), pci, (size_t) n, level, &l), 0);
         return l;
 }
 
@@ -239,9 +246,10 @@ START_TEST(test_sriov) {
         _cleanup_strv_free_ char **l = NULL;
         static const char * const want[] = {
                 "gpu.intel.com/cards=card1.card2.card3.card4",
-                "gpu.intel.com/device-id.0380-56c0.count=4",
+                /* NFD counts the PF and its 4 VFs. */
+                "gpu.intel.com/device-id.0380-56c0.count=5",
                 "gpu.intel.com/device-id.0380-56c0.present=true",
-                "gpu.intel.com/device.count=4",
+                "gpu.intel.com/device.count=5",
                 "gpu.intel.com/family=Flex_Series",
                 "gpu.intel.com/gpu-numbers=1.2.3.4",
                 "gpu.intel.com/memory.max=17179869184",
@@ -293,9 +301,9 @@ START_TEST(test_many_vfs_split) {
          * reads them; every chunk at most 63 characters. */
         static const char * const want[] = {
                 "gpu.intel.com/cards=card1.card10.card11.card12.card13.card14.card15.card16.card18.c",
-                "gpu.intel.com/device-id.0380-56c0.count=32",
+                "gpu.intel.com/device-id.0380-56c0.count=34",     /* 2 PFs + 32 VFs */
                 "gpu.intel.com/device-id.0380-56c0.present=true",
-                "gpu.intel.com/device.count=32",
+                "gpu.intel.com/device.count=34",
                 "gpu.intel.com/family=Flex_Series",
                 "gpu.intel.com/gpu-numbers2=Z.30.31.32.33.4.5.6.7.8.9",
                 "gpu.intel.com/gpu-numbers=1.10.11.12.13.14.15.16.18.19.2.20.21.22.23.24.25.26.27.28.29.3",
@@ -329,9 +337,9 @@ START_TEST(test_two_gpus_i915_xe) {
         _cleanup_strv_free_ char **l = NULL;
         static const char * const want[] = {
                 "gpu.intel.com/cards=card0.card1",
-                "gpu.intel.com/device-id.0300-56a0.count=1",
+                /* One count per class, named after the first function, as NFD's rule. */
+                "gpu.intel.com/device-id.0300-56a0.count=2",
                 "gpu.intel.com/device-id.0300-56a0.present=true",
-                "gpu.intel.com/device-id.0300-e20b.count=1",
                 "gpu.intel.com/device-id.0300-e20b.present=true",
                 "gpu.intel.com/family=A_Series",
                 "gpu.intel.com/gpu-numbers=0.1",
@@ -387,7 +395,7 @@ START_TEST(test_no_gpus) {
         Gpu *none[] = { NULL };
 
         /* No Intel GPU, no gpu.intel.com/ label (not even tiles=0). */
-        ck_assert_int_eq(labels_intel_build(none, 0, 0, &l), 0);
+        ck_assert_int_eq(labels_intel_build(none, 0, NULL, 0, 0, &l), 0);
         ck_assert_uint_eq(strv_length(l), 0);
 }
 END_TEST
@@ -463,9 +471,9 @@ static char *step_first_outputs(Manager *m, const char *ff) {
         ck_assert_ptr_nonnull(labels);
         ck_assert_str_eq(labels,
                 "gpu.intel.com/cards=card1.card2.card3.card4\n"
-                "gpu.intel.com/device-id.0380-56c0.count=4\n"
+                "gpu.intel.com/device-id.0380-56c0.count=5\n"
                 "gpu.intel.com/device-id.0380-56c0.present=true\n"
-                "gpu.intel.com/device.count=4\n"
+                "gpu.intel.com/device.count=5\n"
                 "gpu.intel.com/family=Flex_Series\n"
                 "gpu.intel.com/gpu-numbers=1.2.3.4\n"
                 "gpu.intel.com/memory.max=12884901888\n"
@@ -491,6 +499,9 @@ static Gpu *step_vf_removed(Manager *m, const char *ff, const char *cdi) {
         labels2 = slurp(ff);
         ck_assert_ptr_nonnull(strstr(labels2, "gpu.intel.com/gpu-numbers=1.3.4\n"));
         ck_assert_ptr_nonnull(strstr(labels2, "gpu.intel.com/millicores=3000\n"));
+        /* NFD's counts are of PCI functions: a DRM node going away changes none. */
+        ck_assert_ptr_nonnull(strstr(labels2, "gpu.intel.com/device-id.0380-56c0.count=5\n"));
+        ck_assert_ptr_nonnull(strstr(labels2, "gpu.intel.com/device.count=5\n"));
         {
                 g_autofree char *spec_path = g_strdup_printf("%s/" OUTPUTS_CDI_FILE, cdi);
 
@@ -512,10 +523,10 @@ static void step_vf_back(Manager *m, Gpu *vf2, const char *ff, const char *label
         ck_assert_str_eq(labels3, labels);
 }
 
-/* Every GPU gone: no label left, so no feature file, and no CDI spec (CDI wants
- * devices). */
+/* Every GPU gone (their DRM nodes, the PCI functions stay): only the labels of NFD's
+ * rules are left, and no CDI spec (CDI wants devices). */
 static void step_every_gpu_gone_and_back(Manager *m, const char *ff, const char *cdi, const char *labels) {
-        g_autofree char *labels4 = NULL;
+        g_autofree char *labels4 = NULL, *left = NULL;
 
         for (size_t i = 0; i < m->n_gpus; i++)
                 ck_assert_int_eq(manager_mark_removed(m, m->gpus[i]->card_syspath), 1);
@@ -523,8 +534,14 @@ static void step_every_gpu_gone_and_back(Manager *m, const char *ff, const char 
         {
                 g_autofree char *spec_path = g_strdup_printf("%s/" OUTPUTS_CDI_FILE, cdi);
 
-                ck_assert_int_eq(access(ff, F_OK), -1);
-                ck_assert_int_eq(errno, ENOENT);
+                left = slurp(ff);
+                ck_assert_ptr_nonnull(left);
+                ck_assert_str_eq(left,
+                        "gpu.intel.com/device-id.0380-56c0.count=5\n"
+                        "gpu.intel.com/device-id.0380-56c0.present=true\n"
+                        "gpu.intel.com/device.count=5\n"
+                        "gpu.intel.com/family=Flex_Series\n"
+                        "gpu.intel.com/product=Flex_170\n");
                 ck_assert_int_eq(access(spec_path, F_OK), -1);
         }
         ck_assert_int_eq(manager_rescan(m), 0);
@@ -605,7 +622,7 @@ START_TEST(test_manager_pf_vfs_toggled) {
         ck_assert_str_eq(pf->health, GPU_UNHEALTHY);
         ck_assert_str_eq(pf->health_reason, GPU_REASON_SRIOV_PF);
         ck_assert_int_eq(manager_recheck_pf(m, "0000:4d:00.0"), 0);
-        ck_assert_int_eq(labels_intel_build(m->gpus, m->n_gpus, 0, &l), 0);
+        ck_assert_int_eq(labels_intel_build(m->gpus, m->n_gpus, NULL, 0, 0, &l), 0);
         ck_assert(strv_contains(l, "gpu.intel.com/gpu-numbers=1.2.3.4"));
 
         /* Disabled again: healthy again. */

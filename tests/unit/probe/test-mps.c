@@ -967,20 +967,31 @@ START_TEST(test_systemd_unit_and_environment) {
         ck_assert_int_eq(mkdir(mps_dir, 0755), 0);
         ck_assert_int_eq(mkdir(base, 0755), 0);
         ck_assert_int_eq(mps_systemd_write_environment(base, UUID, pipe_dir, log_dir, "/usr/bin/nvidia-cuda-mps-control",
-                                                       &bad), 0);
+                                                       NULL, &bad), 0);
         ck_assert_int_ge(asprintf(&p, "%s/environment", base), 0);
         ck_assert_int_eq(read_one_line_file_at(AT_FDCWD, p, 4096, &env), 0);
         ck_assert_ptr_nonnull(strstr(env, "\nCUDA_VISIBLE_DEVICES=" UUID "\n"));
         ck_assert_ptr_nonnull(strstr(env, "\nKGPU_NVIDIA_MPS_CONTROL=/usr/bin/nvidia-cuda-mps-control"));
         ck_assert_ptr_nonnull(strstr(env, pipe_dir));
         /* A value that would need quoting is refused, naming the variable; the file stays. */
-        ck_assert_int_eq(mps_systemd_write_environment(base, UUID, pipe_dir, log_dir, "/opt/my tools/mps-control", &bad),
+        ck_assert_int_eq(mps_systemd_write_environment(base, UUID, pipe_dir, log_dir, "/opt/my tools/mps-control", NULL, &bad),
                          -EINVAL);
         ck_assert_str_eq(bad, "KGPU_NVIDIA_MPS_CONTROL");
-        ck_assert_int_eq(mps_systemd_write_environment(base, UUID, "/run/$(x)", log_dir, fake_mps, &bad), -EINVAL);
+        ck_assert_int_eq(mps_systemd_write_environment(base, UUID, "/run/$(x)", log_dir, fake_mps, NULL, &bad), -EINVAL);
         ck_assert_str_eq(bad, "CUDA_MPS_PIPE_DIRECTORY");
-        ck_assert_int_eq(mps_systemd_write_environment(base, UUID, pipe_dir, log_dir, NULL, &bad), -EINVAL);
+        ck_assert_int_eq(mps_systemd_write_environment(base, UUID, pipe_dir, log_dir, NULL, NULL, &bad), -EINVAL);
         ck_assert_int_eq(access(p, F_OK), 0);
+        /* The control daemon of a driver root gets that root's libraries (issue 13). */
+        env = mfree(env);
+        ck_assert_int_eq(mps_systemd_write_environment(base, UUID, pipe_dir, log_dir,
+                                                       "/run/nvidia/driver/usr/bin/nvidia-cuda-mps-control",
+                                                       "/run/nvidia/driver/usr/lib/x86_64-linux-gnu:/run/nvidia/driver/lib",
+                                                       &bad), 0);
+        ck_assert_int_eq(read_one_line_file_at(AT_FDCWD, p, 4096, &env), 0);
+        ck_assert_ptr_nonnull(strstr(env, "\nLD_LIBRARY_PATH=/run/nvidia/driver/usr/lib/x86_64-linux-gnu:"
+                                          "/run/nvidia/driver/lib"));
+        ck_assert_int_eq(mps_systemd_write_environment(base, UUID, pipe_dir, log_dir, fake_mps, "/x y", &bad), -EINVAL);
+        ck_assert_str_eq(bad, "LD_LIBRARY_PATH");
 
         /* An MPS directory that is not the one the template reads: "auto" runs -d itself,
          * without asking any bus. */

@@ -96,6 +96,10 @@ static Manager *start(const char *scenario, bool fail_on_init, uint32_t interval
         c.nvidia_health_interval_ms = interval_ms;
         c.nvidia_health_recover_polls = 2;
         c.cdi_spec_directory = cdi;
+        /* Hermetic on a host with an NVIDIA driver: a driver root without one (the CDI
+         * spec names device nodes only), the device nodes the host's. */
+        c.nvidia_driver_root = workdir;
+        c.nvidia_dev_root = (char *) "/";
         ck_assert_int_eq(manager_new(&m), 0);
         ck_assert_int_eq(manager_configure(m, &c, &key), 0);
         ck_assert_int_eq(nvidia_probe_inventory(m->nvidia, true), 0);
@@ -584,6 +588,8 @@ START_TEST(test_cdi) {
                 "cdiVersion: \"0.5.0\"\n"
                 "kind: \"nvidia.com/gpu\"\n"
                 "containerEdits:\n"
+                "  env:\n"
+                "  - \"NVIDIA_VISIBLE_DEVICES=void\"\n"
                 "  deviceNodes:\n"
                 "  - path: \"/dev/nvidiactl\"\n"
                 "  - path: \"/dev/nvidia-uvm\"\n"
