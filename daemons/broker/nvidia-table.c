@@ -548,6 +548,19 @@ int nvidia_table_build(const Resources *r, const NvidiaState *s, NvidiaTable *re
         }
         if (s->mig_strategy == MIG_STRATEGY_SINGLE)
                 single = single_layout(&b, gpus, n);
+        if (single < 0) {
+                /* An invalid single layout advertises its resource with no device, whatever
+                 * the layout and whatever was advertised before (a name once registered
+                 * stays), so the node says 0 rather than nothing. */
+                size_t unused;
+
+                k = resource_index(&b, NVIDIA_RESOURCE_GPU, &unused);
+                for (size_t i = 0; k >= 0 && i < s->n_shares; i++)
+                        if (streq(s->shares[i].name, NVIDIA_RESOURCE_GPU))
+                                k = resource_index(&b, s->shares[i].resource, &unused);
+                if (k < 0)
+                        goto fail;
+        }
         for (size_t i = 0; i < n; i++) {
                 k = gpu_units(&b, gpus[i], (uint32_t) i, single);
                 if (k < 0)

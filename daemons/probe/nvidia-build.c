@@ -108,15 +108,36 @@ static int build_mig_devices(Gpu *g, const NvidiaGpu *row, uint32_t minor,
                         ci = (uint32_t) d->ci_id;
                         ids = true;
                 }
-                if (ids && nvidia_mig_minor_lookup(mig_minors, minor, gi, -1, &cap) >= 0) {
+                /* Without its GPU and compute instance capability nodes a container cannot
+                 * use the MIG device: such a device is not published at all. */
+                if (!ids) {
+                        log_warning("NVIDIA MIG device %" PRIu32 " (%s) of GPU %s: its GPU and compute instance "
+                                    "are unknown (neither nvidia-smi -q nor the nvidia-smi table lists them), so "
+                                    "are its capability nodes: not advertised.",
+                                    d->device_index, d->uuid, row->uuid);
+                        continue;
+                }
+                for (int c = -1; c <= 0; c++) {
+                        int32_t want_ci = c < 0 ? -1 : (int32_t) ci;
+
+                        if (nvidia_mig_minor_lookup(mig_minors, minor, gi, want_ci, &cap) < 0)
+                                break;
                         (void) snprintf(paths[n][k], sizeof(paths[n][k]), "/dev/nvidia-caps/nvidia-cap%" PRIu32, cap);
                         nodes[n][k] = paths[n][k];
                         k++;
                 }
-                if (ids && nvidia_mig_minor_lookup(mig_minors, minor, gi, (int32_t) ci, &cap) >= 0) {
-                        (void) snprintf(paths[n][k], sizeof(paths[n][k]), "/dev/nvidia-caps/nvidia-cap%" PRIu32, cap);
-                        nodes[n][k] = paths[n][k];
-                        k++;
+                if (k != 2) {
+                        char name[64];
+
+                        if (k == 0)
+                                (void) snprintf(name, sizeof(name), "gpu%" PRIu32 "/gi%" PRIu32, minor, gi);
+                        else
+                                (void) snprintf(name, sizeof(name), "gpu%" PRIu32 "/gi%" PRIu32 "/ci%" PRIu32,
+                                                minor, gi, ci);
+                        log_warning("NVIDIA MIG device %" PRIu32 " (%s) of GPU %s: %s has no capability node "
+                                    "(%s/access not in %s): not advertised.", d->device_index, d->uuid, row->uuid,
+                                    name, name, mig_minors ? "mig-minors" : "a readable mig-minors");
+                        continue;
                 }
                 l[n] = (GpuMigDevice) {
                         .device_index = d->device_index,

@@ -208,6 +208,14 @@ typedef struct NvidiaQGpu {
 /* nvidia-smi -q: every GPU block with its "Minor Number" (0..255). */
 int nvidia_smi_parse_q_gpus(const char *text, size_t len, NvidiaQGpu **ret, size_t *ret_n, char **ret_error);
 
+/* The plain nvidia-smi table: its "MIG devices:" box (GPU, GI ID, CI ID, MIG Dev and the
+ * memory cell), each device's pci_address the bus id the GPU box gives that GPU index;
+ * memory_mib 0 where the cell is shared with the row above. No MIG box (or "No MIG
+ * devices found"): 0 devices, *ret NULL. -EBADMSG when there is no GPU box, a MIG row
+ * is malformed, names a GPU the GPU box lacks or repeats a device. */
+int nvidia_smi_parse_summary_mig_devices(const char *text, size_t len, NvidiaQMigDevice **ret, size_t *ret_n,
+                                         char **ret_error);
+
 /* Sets gi_id/ci_id of each -L MIG device from -q, going through the GPU's PCI address
  * (gpus: from --query-gpu, with index and pci_address). Returns how many were set;
  * -ENXIO when a MIG device has no match (the two answers disagree: query again). */

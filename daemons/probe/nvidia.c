@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemons/probe/manager.h"
+#include "daemons/probe/nvidia-failure.h"
 #include "daemons/probe/nvidia-runner.h"
 #include "daemons/probe/nvidia.h"
 #include "daemons/probe/nvidia-driver-files.h"
@@ -31,6 +32,7 @@
 #define NVIDIA_POLL_TIMEOUT_MAX_USEC (10U * 1000U * 1000U)
 #define NVIDIA_POLL_TIMEOUT_MIN_USEC (1U * 1000U * 1000U)
 #define NVIDIA_WAITERS_MAX 64U
+#define NVIDIA_HEALTH_REASON_MAX 255U
 
 typedef enum InventoryStep {
         STEP_NONE,
@@ -210,6 +212,12 @@ static void nvidia_fail_all(NvidiaProbe *p, const char *message) {
                 log_oom();
                 return;
         }
+        /* The broker takes HealthReason up to 256 bytes: a quoted output is cut (and a
+         * UTF-8 sequence cut in two made '?'). */
+        if (strlen(reason) > NVIDIA_HEALTH_REASON_MAX) {
+                strcpy(reason + NVIDIA_HEALTH_REASON_MAX - 3, "...");
+                nvidia_utf8_sanitize(reason);
+        }
         for (size_t i = 0; i < p->manager->n_gpus; i++)
                 if (gpu_is_nvidia(p->manager->gpus[i]))
                         nvidia_observe(p, p->manager->gpus[i], false, reason);
@@ -257,6 +265,55 @@ static char *read_mig_minors(void) {
         if (strlen(buf) != n)
                 return NULL;
         return TAKE_PTR(buf);
+}
+
+/* GPUs nvidia-smi names lost that no object stands for (lost before they were ever
+ * read, at start for one): each becomes an Unhealthy "gpu-lost" object under the id
+ * NVIDIA_LOST_ID_PREFIX + its PCI address, its UUID being unknown. */
+static void nvidia_add_lost(NvidiaProbe *p) {
+        Manager *m = p->manager;
+        int r;
+
+        for (size_t i = 0; i < p->n_lost; i++) {
+                const NvidiaSmiError *e = &p->lost[i];
+                _cleanup_free_ char *id = NULL;
+                bool known = false;
+                Gpu *g = NULL;
+
+                if (isempty(e->pci_address)) {
+                        log_warning("nvidia-smi reports a GPU lost without naming its PCI address, it cannot be "
+                                    "advertised: %s", e->message);
+                        continue;
+                }
+                for (size_t k = 0; k < m->n_gpus && !known; k++)
+                        known = gpu_is_nvidia(m->gpus[k]) && streq(m->gpus[k]->pci_address, e->pci_address);
+                if (known)
+                        continue;
+                if (asprintf(&id, "%s%s", NVIDIA_LOST_ID_PREFIX, e->pci_address) < 0) {
+                        log_oom();
+                        return;
+                }
+                r = gpu_new(id, &g);
+                if (r >= 0 && ((r = free_and_strdup(&g->vendor, "nvidia")) < 0 ||
+                               (r = free_and_strdup(&g->driver, "nvidia")) < 0 ||
+                               (r = free_and_strdup(&g->pci_address, e->pci_address)) < 0 ||
+                               (r = free_and_strdup(&g->health, GPU_UNHEALTHY)) < 0 ||
+                               (r = free_and_strdup(&g->health_reason, NVIDIA_REASON_GPU_LOST)) < 0))
+                        g = gpu_free(g);
+                if (r < 0) {
+                        log_oom();
+                        return;
+                }
+                g->vendor_id = 0x10de;
+                r = manager_upsert_gpu(m, g);
+                if (r < 0) {
+                        log_warning_errno(r, "Failed to add the lost NVIDIA GPU %s, ignoring: %m", id);
+                        continue;
+                }
+                log_struct(LOG_WARNING, KGPU_MESSAGE_GPU_HEALTH,
+                           "NVIDIA GPU at %s is lost (nvidia-smi: %s): advertised as %s, Unhealthy \"%s\".",
+                           e->pci_address, e->message, id, NVIDIA_REASON_GPU_LOST);
+        }
 }
 
 static void nvidia_apply_inventory(NvidiaProbe *p) {
@@ -316,6 +373,7 @@ static void nvidia_apply_inventory(NvidiaProbe *p) {
                 if (r < 0)
                         log_warning_errno(r, "Failed to add NVIDIA GPU, ignoring: %m");
         }
+        nvidia_add_lost(p);
         /* An answered GPU counts as one good observation. */
         for (size_t k = 0; k < p->n_gpus; k++) {
                 Gpu *g = manager_find_gpu(m, p->gpus[k].uuid);
@@ -342,6 +400,18 @@ static void nvidia_finish_inventory(NvidiaProbe *p, int error, const char *messa
                 nvidia_apply_inventory(p);
                 log_debug("NVIDIA inventory done: %zu GPUs, %zu MIG devices, %zu lost.", p->n_gpus, p->n_migs,
                           p->n_lost);
+                if (p->n_gpus == 0 && p->n_lost > 0) {
+                        /* Every GPU lost: no usable one, an initialization failure as any
+                         * other (failOnInitError applies); the lost ones stay advertised. */
+                        _cleanup_free_ char *m = NULL;
+
+                        p->last_error = -EIO;
+                        if (asprintf(&m, "every NVIDIA GPU is lost: %s", p->lost[0].message) >= 0) {
+                                nvidia_utf8_sanitize(m);
+                                free(p->last_message);
+                                p->last_message = TAKE_PTR(m);
+                        }
+                }
         }
         inventory_reset(p);
 
@@ -366,60 +436,6 @@ static void nvidia_finish_inventory(NvidiaProbe *p, int error, const char *messa
         p->n_waiters = 0;
 }
 
-static const char *result_text(const NvidiaRunResult *res, size_t *ret_len) {
-        if (res->out_len > 0) {
-                *ret_len = res->out_len;
-                return res->out;
-        }
-        *ret_len = res->err_len;
-        return res->err ?: "";
-}
-
-/* One line describing a failed run: the runner's error, the tool's own error line, or
- * the parser's explanation. */
-static void describe_failure_raw(int run_error, int parse_r, const NvidiaRunResult *res, const char *parse_error,
-                                 char *buf, size_t size);
-
-/* The message ends up in HealthReason and in error replies: printable UTF-8 only. */
-static void describe_failure(int run_error, int parse_r, const NvidiaRunResult *res, const char *parse_error,
-                             char *buf, size_t size) {
-        describe_failure_raw(run_error, parse_r, res, parse_error, buf, size);
-        for (char *c = buf; *c; c++)
-                if ((unsigned char) *c < 0x20 || *c == 0x7f)
-                        *c = ' ';
-        nvidia_utf8_sanitize(buf);
-}
-
-static void describe_failure_raw(int run_error, int parse_r, const NvidiaRunResult *res, const char *parse_error,
-                                 char *buf, size_t size) {
-        NvidiaSmiError e = {};
-        size_t len;
-        const char *t;
-
-        if (run_error == -ETIME || (res && res->timed_out)) {
-                (void) snprintf(buf, size, "timed out");
-                return;
-        }
-        if (run_error < 0 || !res) {
-                (void) snprintf(buf, size, "%s", strerror(-(run_error < 0 ? run_error : parse_r)));
-                return;
-        }
-        t = result_text(res, &len);
-        if (nvidia_smi_parse_error(t, len, &e) > 0 && !isempty(e.message)) {
-                (void) snprintf(buf, size, "%s", e.message);
-                return;
-        }
-        if (!isempty(parse_error)) {
-                (void) snprintf(buf, size, "%s", parse_error);
-                return;
-        }
-        if (res->exit_status != 0) {
-                (void) snprintf(buf, size, "exit status %d", res->exit_status);
-                return;
-        }
-        (void) snprintf(buf, size, "%s", parse_r < 0 ? strerror(-parse_r) : "unexpected output");
-}
-
 static int inventory_start_step(NvidiaProbe *p, InventoryStep step);
 
 /* One inventory step's answer: its text (t, len) and the run's own failure (run_error:
@@ -434,7 +450,7 @@ typedef struct StepAnswer {
 
 static InventoryStep on_query(NvidiaProbe *p, const StepAnswer *a) {
         _cleanup_free_ char *perr = NULL;
-        char msg[NVIDIA_MESSAGE_MAX + 64];
+        char msg[NVIDIA_FAILURE_MAX];
         int r = a->run_error;
 
         if (r >= 0)
@@ -459,8 +475,13 @@ static InventoryStep on_query(NvidiaProbe *p, const StepAnswer *a) {
                 return STEP_NONE;
         }
         if (r < 0) {
-                describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
+                nvidia_describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
                 nvidia_finish_inventory(p, r, msg);
+                return STEP_NONE;
+        }
+        if (p->n_gpus == 0 && p->n_lost > 0) {
+                /* Only lost GPUs: -L, -q and topo -m have nothing more to say. */
+                nvidia_finish_inventory(p, 0, NULL);
                 return STEP_NONE;
         }
         return STEP_LIST;
@@ -470,13 +491,26 @@ static InventoryStep on_list(NvidiaProbe *p, const StepAnswer *a) {
         _cleanup_free_ char *perr = NULL;
         _cleanup_free_ NvidiaGpu *list_gpus = NULL;
         size_t n_list_gpus = 0;
-        char msg[NVIDIA_MESSAGE_MAX + 64];
+        char msg[NVIDIA_FAILURE_MAX];
         int r = a->run_error;
 
         if (r >= 0)
                 r = nvidia_smi_parse_list(a->t, a->len, &list_gpus, &n_list_gpus, &p->migs, &p->n_migs, &perr);
+        if (r == -EIO && p->n_lost > 0) {
+                /* Some GPUs lost (the query said so): the others' lines still count. */
+                _cleanup_free_ char *kept = NULL;
+                size_t kept_len = 0;
+
+                kept = nvidia_drop_lost_lines(a->t, a->len, &kept_len);
+                if (!kept) {
+                        log_oom();
+                        return STEP_Q;
+                }
+                perr = mfree(perr);
+                r = nvidia_smi_parse_list(kept, kept_len, &list_gpus, &n_list_gpus, &p->migs, &p->n_migs, &perr);
+        }
         if (r < 0) {
-                describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
+                nvidia_describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
                 log_warning("nvidia-smi -L failed, MIG devices stay as they were: %s", msg);
         } else
                 p->migs_known = true;
@@ -485,7 +519,7 @@ static InventoryStep on_list(NvidiaProbe *p, const StepAnswer *a) {
 
 static InventoryStep on_q(NvidiaProbe *p, const StepAnswer *a) {
         _cleanup_free_ char *perr = NULL;
-        char msg[NVIDIA_MESSAGE_MAX + 64];
+        char msg[NVIDIA_FAILURE_MAX];
         int r = a->run_error;
 
         if (r >= 0)
@@ -499,7 +533,7 @@ static InventoryStep on_q(NvidiaProbe *p, const StepAnswer *a) {
                 (void) nvidia_smi_parse_versions(a->t, a->len, &p->versions, &perr);
         }
         if (r < 0) {
-                describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
+                nvidia_describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
                 log_info("nvidia-smi -q failed, device minors taken from the indices: %s", msg);
         }
         return isempty(p->versions.cuda) ? STEP_SUMMARY : STEP_TOPO;
@@ -507,22 +541,36 @@ static InventoryStep on_q(NvidiaProbe *p, const StepAnswer *a) {
 
 static InventoryStep on_summary(NvidiaProbe *p, const StepAnswer *a) {
         _cleanup_free_ char *perr = NULL;
+        char msg[NVIDIA_FAILURE_MAX];
+        int r;
 
         if (a->run_error >= 0)
                 (void) nvidia_smi_parse_versions(a->t, a->len, &p->versions, &perr);
+        if (p->n_migs == 0 || p->n_q_migs > 0)
+                return STEP_TOPO;
+        /* -q failed: the table's MIG box gives each MIG device's GPU and compute instance
+         * (without them its capability nodes are unknown and it is not published). */
+        perr = mfree(perr);
+        r = a->run_error;
+        if (r >= 0)
+                r = nvidia_smi_parse_summary_mig_devices(a->t, a->len, &p->q_migs, &p->n_q_migs, &perr);
+        if (r < 0) {
+                nvidia_describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
+                log_warning("nvidia-smi failed, the MIG devices' GPU and compute instances are unknown: %s", msg);
+        }
         return STEP_TOPO;
 }
 
 static InventoryStep on_topo(NvidiaProbe *p, const StepAnswer *a) {
         _cleanup_free_ char *perr = NULL;
-        char msg[NVIDIA_MESSAGE_MAX + 64];
+        char msg[NVIDIA_FAILURE_MAX];
         NvidiaTopology *topo = NULL;
         int r = a->run_error;
 
         if (r >= 0)
                 r = nvidia_smi_parse_topology(a->t, a->len, &topo, &perr);
         if (r < 0) {
-                describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
+                nvidia_describe_failure(a->run_error, r, a->res, perr, msg, sizeof(msg));
                 log_warning("nvidia-smi topo -m failed, links and NUMA nodes unknown: %s", msg);
                 p->topology = mfree(p->topology);
         } else {
@@ -536,12 +584,12 @@ static InventoryStep on_topo(NvidiaProbe *p, const StepAnswer *a) {
 static void on_inventory_run(NvidiaRun *run, int error, const NvidiaRunResult *res, void *userdata) {
         NvidiaProbe *p = userdata;
         StepAnswer a = { .res = res, .t = "", .run_error = error };
-        char msg[NVIDIA_MESSAGE_MAX + 64];
+        char msg[NVIDIA_FAILURE_MAX];
         InventoryStep next = STEP_NONE;
         int r;
 
         if (res)
-                a.t = result_text(res, &a.len);
+                a.t = nvidia_result_text(res, &a.len);
         if (a.run_error >= 0 && res && (res->timed_out || res->truncated))
                 a.run_error = res->timed_out ? -ETIME : -EMSGSIZE;
 
@@ -644,7 +692,7 @@ int nvidia_probe_wait_initial(NvidiaProbe *p) {
                                                "NVIDIA initialization failed: %s failed: %s "
                                                "(failOnInitError is set; set it to false to start without NVIDIA GPUs).",
                                                p->smi, p->last_message ?: "");
-                log_warning("NVIDIA initialization failed (%s), serving no NVIDIA GPUs until the next rescan "
+                log_warning("NVIDIA initialization failed (%s), no usable NVIDIA GPU until the next rescan "
                             "(failOnInitError is false).", p->last_message ?: "");
         }
         return 0;
@@ -672,7 +720,7 @@ static void on_health_run(NvidiaRun *run, int error, const NvidiaRunResult *res,
 
         p->n_polls++;
         if (res)
-                t = result_text(res, &len);
+                t = nvidia_result_text(res, &len);
         if (run_error >= 0 && res && (res->timed_out || res->truncated))
                 run_error = res->timed_out ? -ETIME : -EMSGSIZE;
         r = run_error;
@@ -684,9 +732,9 @@ static void on_health_run(NvidiaRun *run, int error, const NvidiaRunResult *res,
                 r = 0;
         }
         if (r < 0) {
-                char msg[NVIDIA_MESSAGE_MAX + 64];
+                char msg[NVIDIA_FAILURE_MAX];
 
-                describe_failure(run_error, r, res, perr, msg, sizeof(msg));
+                nvidia_describe_failure(run_error, r, res, perr, msg, sizeof(msg));
                 log_debug("NVIDIA health poll failed: %s", msg);
                 nvidia_fail_all(p, msg);
         } else

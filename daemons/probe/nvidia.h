@@ -41,6 +41,9 @@ struct Manager;
 #define NVIDIA_CAPS_MIG_MINORS_MAX (1024U * 1024U)
 #define NVIDIA_REASON_GPU_LOST "gpu-lost"
 #define NVIDIA_REASON_SMI_FAILED "nvidia-smi-failed"
+/* The Id of a GPU nvidia-smi reported lost before its UUID was read: this + its PCI
+ * address ("nvidia-pci-0000:02:00.0"). */
+#define NVIDIA_LOST_ID_PREFIX "nvidia-pci-"
 
 typedef struct NvidiaProbe NvidiaProbe;
 

@@ -192,10 +192,11 @@ def query_gpu(sc, st, fields, fmt, only):
 
 def list_gpus(sc, st):
     lost = st.lost()
-    if "list" in sc.s:
-        text = recording(sc.s["list"]).decode()
-    else:
-        text = "".join("GPU %s: %s (UUID: %s)\n" % (g["index"], g["name"], g["uuid"]) for g in sc.gpus)
+    text = recording(sc.s["list"]).decode() if "list" in sc.s else ""
+    # GPUs of the scenario the recording lacks get the plain line nvidia-smi -L prints.
+    listed = {int(m.group(1)) for m in re.finditer(r"^GPU (\d+):", text, re.M)}
+    text += "".join("GPU %s: %s (UUID: %s)\n" % (g["index"], g["name"], g["uuid"])
+                    for g in sc.gpus if int(g["index"]) not in listed)
     if not lost:
         return text, 0
     out, skip = [], False

@@ -159,6 +159,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
 
         {
+                NvidiaQMigDevice *sm = SENTINEL;
+
+                err = NULL;
+                r = nvidia_smi_parse_summary_mig_devices(text, size, &sm, &n, &err);
+                if (r == 0) {
+                        if (n > NVIDIA_MIG_DEVICES_MAX || (n > 0) != (sm != NULL))
+                                abort();
+                        for (size_t i = 0; i < n; i++)
+                                check_str(sm[i].pci_address, sizeof(sm[i].pci_address));
+                        free(sm);
+                        sm = SENTINEL;
+                }
+                check_result(r, err, sm);
+        }
+
+        {
                 NvidiaMigProfile *mp = SENTINEL;
 
                 err = NULL;

@@ -13,7 +13,8 @@
 # <id>), CDI annotation (cdi.k8s.io/nvidia-device-plugin_* = nvidia.com/gpu=<id>,...),
 # CDI device names and device specs (the GPU's /dev/nvidiaN, nvidiactl, nvidia-uvm,
 # nvidia-uvm-tools and, for a MIG device, its GI and CI capability nodes). migStrategy
-# single on a GPU with MIG devices of several profiles advertises no device.
+# single on a GPU with MIG devices of several profiles registers nvidia.com/gpu with no
+# device.
 
 import harness
 from harness import check, RES_I915, RES_XE
@@ -71,10 +72,12 @@ def single_inconsistent(node):
     node.wait_for(lambda: check(any('not advertised as configured' in l and 'single' in l
                                     for l in node.daemons['broker'].log_text().splitlines()), 'no log'), 5,
                   what='the broker saying why nothing is advertised')
-    for r, cl in node.kubelet.plugin_items():
+    # nvidia.com/gpu is registered, with no device (docs/NVIDIA.md).
+    cl = node.kubelet.plugin(RES_GPU, 15)
+    cl.wait_update(timeout=10)
+    check(cl.devices() == [], 'single with mixed profiles advertised %r' % cl.devices())
+    for r, _ in node.kubelet.plugin_items():
         check(not r.startswith(MIG), 'migStrategy single advertised %s' % r)
-        if r == RES_GPU:
-            check(cl.devices() == [], 'single with mixed profiles advertised %r' % cl.devices())
 
 
 def single_7x1g(node):
@@ -105,7 +108,7 @@ CASES = [
      dict(nvidia_scenario='h100-mig', resources=INTEL + [MIG + '2g.20gb'],
           config_extra=yaml_config('mixed', 'index', ['envvar', 'cdi-annotations'], True)),
      mixed_index_annotations_specs),
-    ('single, MIG profiles mixed: nothing advertised',
+    ('single, MIG profiles mixed: nvidia.com/gpu with no device',
      dict(nvidia_scenario='h100-mig', resources=INTEL, config_extra=yaml_config('single')), single_inconsistent),
     ('single, 7x 1g.10gb, uuid', dict(nvidia_scenario='h100-mig-7x1g', resources=INTEL + [RES_GPU],
                                       config_extra=yaml_config('single')), single_7x1g),

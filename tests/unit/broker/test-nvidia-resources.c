@@ -255,8 +255,10 @@ START_TEST(test_single_inconsistent) {
 
         c.nvidia_mig_strategy = MIG_STRATEGY_SINGLE;
         r = setup(&c, g, 1);
-        /* Four MIG devices of three profiles: nothing advertised, and the reason. */
-        ck_assert(!resources_known(r, "nvidia.com/gpu"));
+        /* Four MIG devices of three profiles: nvidia.com/gpu registered with no device
+         * (as on the layout below, whichever GPU came first), and the reason. */
+        ck_assert(resources_known(r, "nvidia.com/gpu"));
+        assert_ids(r, "nvidia.com/gpu", "");
         p = resources_nvidia_problem(r);
         ck_assert_ptr_nonnull(p);
         ck_assert_ptr_nonnull(strstr(p, "migStrategy single"));
@@ -272,7 +274,7 @@ START_TEST(test_single_mig_on_and_off) {
 
         c.nvidia_mig_strategy = MIG_STRATEGY_SINGLE;
         r = setup(&c, g, 2);
-        /* Advertised while the H100 was alone (the first update), empty since the L40S came. */
+        /* Registered, with no device since the L40S came. */
         assert_ids(r, "nvidia.com/gpu", "");
         ck_assert_ptr_nonnull(strstr(resources_nvidia_problem(r), "has MIG enabled and GPU " L40S_UUID " not"));
 }

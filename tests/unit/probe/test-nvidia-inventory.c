@@ -40,7 +40,18 @@ static const char mig_minors[] =
         "gpu0/gi9/access 84\n"
         "gpu0/gi9/ci0/access 85\n"
         "gpu0/gi10/access 93\n"
-        "gpu0/gi10/ci0/access 94\n";
+        "gpu0/gi10/ci0/access 94\n"
+        /* the 7x 1g layout of h100-mig-7x1g: GPU instances 7-13 */
+        "gpu0/gi7/access 66\n"
+        "gpu0/gi7/ci0/access 67\n"
+        "gpu0/gi8/access 75\n"
+        "gpu0/gi8/ci0/access 76\n"
+        "gpu0/gi11/access 102\n"
+        "gpu0/gi11/ci0/access 103\n"
+        "gpu0/gi12/access 111\n"
+        "gpu0/gi12/ci0/access 112\n"
+        "gpu0/gi13/access 120\n"
+        "gpu0/gi13/ci0/access 121\n";
 
 static void write_file(const char *name, const char *text) {
         char path[4200];
@@ -526,7 +537,8 @@ START_TEST(test_rescan_mig_layout_change) {
         ck_assert_uint_eq(g->n_mig_devices, 4);
         ck_assert_str_eq(g->mig_devices[0].profile, "3g.40gb");
         ck_assert_str_eq(g->mig_devices[0].uuid, "MIG-7089d0f3-293f-58c9-8f8c-5ea666eedbde");
-        ck_assert_uint_eq(g->mig_devices[0].memory_bytes, UINT64_C(40) << 30); /* from the profile */
+        ck_assert_uint_eq(g->mig_devices[0].memory_bytes, UINT64_C(40448) << 20); /* the table's cell */
+        ck_assert_uint_eq(g->mig_devices[0].gi_id, 2);          /* no -q: from the table's MIG box */
 
         setenv("KGPU_FAKE_NVIDIA_SCENARIO", "h100-mig-7x1g", 1);
         ck_assert_int_eq(nvidia_probe_inventory(m->nvidia, true), 0);
@@ -537,6 +549,7 @@ START_TEST(test_rescan_mig_layout_change) {
         for (size_t i = 0; i < 7; i++) {
                 ck_assert_uint_eq(g->mig_devices[i].device_index, i);
                 ck_assert_str_eq(g->mig_devices[i].profile, "1g.10gb");
+                ck_assert_uint_eq(g->mig_devices[i].gi_id, 7 + i);
         }
         ck_assert_str_eq(g->mig_devices[6].uuid, "MIG-981c86e9-3607-57d7-9426-295347e4b925");
 }

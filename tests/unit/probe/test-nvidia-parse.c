@@ -8,6 +8,7 @@
 
 #include <check.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,6 +187,89 @@ START_TEST(test_build_minor_not_index) {
 }
 END_TEST
 
+/* ---- the plain table's MIG devices box ---- */
+
+typedef struct SummaryCase {
+        const char *file;
+        size_t n;
+        const char *pci;                /* of every device */
+        const char *ids;                /* "<dev>:<gi>/<ci>=<MiB>" joined by ' ' */
+} SummaryCase;
+
+static const SummaryCase summary_cases[] = {
+        { "summary-8xB200-1.txt", 0, NULL, "" },
+        { "summary-GRIDK520-1.txt", 0, NULL, "" },
+        { "summary-GTX1080Ti-1.txt", 0, NULL, "" },
+        { "summary-L40S-1.txt", 0, NULL, "" },
+        { "summary-RTX2080S-win-1.txt", 0, NULL, "" },
+        { "summary-H100-MIG-1.txt", 4, "0000:00:09.0", "0:2/0=40448 1:3/0=20096 2:9/0=9984 3:10/0=9984" },
+        { "summary-H200-MIG-1.txt", 5, "0000:83:00.0",
+          "0:2/0=71424 1:2/1=71424 2:3/0=33280 3:9/0=16384 4:10/0=16384" },
+        { "summary-H100NVL-MIG-1.txt", 7, "0000:98:00.0",
+          "0:7/0=10880 1:8/0=10880 2:9/0=10880 3:10/0=10880 4:11/0=10880 5:12/0=10880 6:13/0=10880" },
+        /* Two compute instances of one GPU instance: the second row's memory cell is
+         * the first's (spanning both rows), so unknown here. */
+        { "summary-A100-80GB-MIG-2.txt", 2, "0001:00:00.0", "0:1/0=40192 1:1/1=0" },
+};
+
+START_TEST(test_summary_mig_recordings) {
+        const SummaryCase *c = &summary_cases[_i];
+        _cleanup_free_ NvidiaQMigDevice *d = NULL;
+        _cleanup_free_ char *t = NULL, *err = NULL, *got = NULL;
+        size_t len, n = 99;
+
+        t = recording(c->file, &len);
+        ck_assert_msg(nvidia_smi_parse_summary_mig_devices(t, len, &d, &n, &err) == 0, "%s: %s", c->file,
+                      err ?: "");
+        ck_assert_uint_eq(n, c->n);
+        got = strdup("");
+        for (size_t i = 0; i < n; i++) {
+                char *x = NULL;
+
+                ck_assert_str_eq(d[i].pci_address, c->pci);
+                ck_assert_int_ge(asprintf(&x, "%s%s%u:%u/%u=%" PRIu64, got, i ? " " : "", d[i].device_index,
+                                          d[i].gi_id, d[i].ci_id, d[i].memory_mib), 0);
+                free(got);
+                got = x;
+        }
+        ck_assert_str_eq(got, c->ids);
+}
+END_TEST
+
+START_TEST(test_summary_mig_hostile) {
+        _cleanup_free_ char *t = NULL;
+        size_t len;
+        static const char *const bad[] = {
+                /* a MIG row of a GPU the GPU box lacks */
+                "| GPU  Name | Bus-Id  Disp.A |\n|   0  X  | 00000000:01:00.0 Off |\n| MIG devices: |\n"
+                "|  1    2   0   0  |  1MiB / 2MiB |\n",
+                /* the same device twice */
+                "| GPU  Name | Bus-Id  Disp.A |\n|   0  X  | 00000000:01:00.0 Off |\n| MIG devices: |\n"
+                "|  0    2   0   0  |  1MiB / 2MiB |\n|  0    3   0   0  |  1MiB / 2MiB |\n",
+                /* a row starting with a number that is not four numbers */
+                "| GPU  Name | Bus-Id  Disp.A |\n|   0  X  | 00000000:01:00.0 Off |\n| MIG devices: |\n"
+                "|  0    x   0   0  |  1MiB / 2MiB |\n",
+                /* no GPU box at all */
+                "| MIG devices: |\n|  0    2   0   0  |  1MiB / 2MiB |\n",
+                "",
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                _cleanup_free_ NvidiaQMigDevice *d = NULL;
+                _cleanup_free_ char *err = NULL;
+                size_t n = 0;
+
+                ck_assert_msg(nvidia_smi_parse_summary_mig_devices(bad[i], strlen(bad[i]), &d, &n, &err) == -EBADMSG,
+                              "case %zu", i);
+                ck_assert_ptr_nonnull(err);
+                ck_assert_ptr_null(d);
+        }
+        /* A recognised error output is its errno, not garbage. */
+        t = recording("error-GPU-lost-1.txt", &len);
+        ck_assert_int_eq(nvidia_smi_parse_summary_mig_devices(t, len, NULL, NULL, NULL), -EIO);
+}
+END_TEST
+
 static Suite *suite(void) {
         Suite *s = suite_create("nvidia-parse");
         TCase *tc = tcase_create("core");
@@ -195,6 +279,8 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_q_gpus_hostile);
         tcase_add_test(tc, test_compute_cap);
         tcase_add_test(tc, test_build_minor_not_index);
+        tcase_add_loop_test(tc, test_summary_mig_recordings, 0, ELEMENTSOF(summary_cases));
+        tcase_add_test(tc, test_summary_mig_hostile);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -91,6 +91,9 @@ static const char *const checked[] = {
         "compute-mode-unknown-GPU-VM-1.txt", "summary-8xB200-1.txt", "summary-GRIDK520-1.txt",
         "summary-GTX1080Ti-1.txt", "summary-H100-MIG-1.txt", "summary-L40S-1.txt", "summary-RTX2080S-win-1.txt",
         "q-8xV100-SXM2-16GB-1.txt", "q-A10-1.txt", "q-H100-MIG-1.txt", "q-H200-1.txt", "q-RTX2080S-win-1.txt",
+        /* MIG devices of the summary tables: test-nvidia-parse.c (test_summary_mig_recordings) */
+        "summary-H200-MIG-1.txt", "summary-H100NVL-MIG-1.txt", "summary-A100-80GB-MIG-2.txt",
+        "error-GPU-lost-1.txt", "error-libnvidia-ml-1.txt",
 };
 
 START_TEST(test_every_recording_checked) {
@@ -686,6 +689,8 @@ static const ErrorCase error_cases[] = {
         { "error-unknown-GPU-2.txt", NVIDIA_SMI_ERROR_GPU_LOST, -EIO, "0000:09:00.0" },
         { "error-unknown-GPU-3.txt", NVIDIA_SMI_ERROR_DRIVER, -ENXIO, "" },
         { "error-unknown-GPU-7.txt", NVIDIA_SMI_ERROR_NVML, -ENXIO, "" },
+        { "error-GPU-lost-1.txt", NVIDIA_SMI_ERROR_GPU_LOST, -EIO, "0000:02:00.0" },
+        { "error-libnvidia-ml-1.txt", NVIDIA_SMI_ERROR_NONE, 0, "" },  /* not recognised: quoted */
 };
 
 START_TEST(test_error_recordings) {
@@ -1123,6 +1128,8 @@ START_TEST(test_mutations) {
                                 t = mfree(t);
                                 CHECK(nvidia_smi_parse_versions(copy, cut, &v, &err));
                                 CHECK(nvidia_smi_parse_q_mig_devices(copy, cut, &qm, &n, &err));
+                                qm = mfree(qm);
+                                CHECK(nvidia_smi_parse_summary_mig_devices(copy, cut, &qm, &n, &err));
                                 qm = mfree(qm);
                                 CHECK(nvidia_smi_parse_mig_profiles(copy, cut, &mp, &n, &err));
                                 mp = mfree(mp);
