@@ -506,7 +506,7 @@ int main(int argc, char **argv) {
                 warn("unknown command \"%s\"", command);
                 return EXIT_FAILURE;
         }
-        for (int i = 2; i < argc; i++) {
+        for (int i = 2; i < argc; i += 2) {
                 const char *opt = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
 
                 if (!val) {
@@ -525,7 +525,6 @@ int main(int argc, char **argv) {
                 }
                 if (r < 0)
                         return EXIT_FAILURE;
-                i++;
         }
 
         if (container_root(&root) < 0)
