@@ -29,6 +29,8 @@ void smi_lines_done(Lines *l);
 int smi_lines_split(const char *text, size_t len, Lines *ret, char **ret_error);
 /* If any line is a known error output, returns its errno with the tool's words. */
 int smi_lines_check_error(const Lines *l, char **ret_error);
+/* The opening of every parser: smi_lines_split(), then smi_lines_check_error(). */
+int smi_lines_open(const char *text, size_t len, Lines *ret, char **ret_error);
 
 /* Whether a line is one of nvidia-smi's error outputs; e: its kind and words. */
 bool smi_classify_line(const char *l, NvidiaSmiError *e);

@@ -25,10 +25,7 @@ int nvidia_smi_parse_q_mig_devices(const char *text, size_t len, NvidiaQMigDevic
         size_t n = 0, cap = 0;
         int r;
 
-        r = smi_lines_split(text, len, &l, ret_error);
-        if (r < 0)
-                return r;
-        r = smi_lines_check_error(&l, ret_error);
+        r = smi_lines_open(text, len, &l, ret_error);
         if (r < 0)
                 return r;
 
@@ -128,10 +125,7 @@ int nvidia_smi_parse_q_gpus(const char *text, size_t len, NvidiaQGpu **ret, size
         size_t n = 0, cap = 0;
         int r;
 
-        r = smi_lines_split(text, len, &l, ret_error);
-        if (r < 0)
-                return r;
-        r = smi_lines_check_error(&l, ret_error);
+        r = smi_lines_open(text, len, &l, ret_error);
         if (r < 0)
                 return r;
 
@@ -267,10 +261,7 @@ int nvidia_smi_parse_mig_profiles(const char *text, size_t len, NvidiaMigProfile
         size_t n = 0, cap = 0;
         int r;
 
-        r = smi_lines_split(text, len, &l, ret_error);
-        if (r < 0)
-                return r;
-        r = smi_lines_check_error(&l, ret_error);
+        r = smi_lines_open(text, len, &l, ret_error);
         if (r < 0)
                 return r;
 
@@ -362,10 +353,7 @@ int nvidia_smi_parse_mig_instances(const char *text, size_t len, bool compute_in
         size_t n = 0, cap = 0;
         int r;
 
-        r = smi_lines_split(text, len, &l, ret_error);
-        if (r < 0)
-                return r;
-        r = smi_lines_check_error(&l, ret_error);
+        r = smi_lines_open(text, len, &l, ret_error);
         if (r < 0)
                 return r;
 

@@ -389,10 +389,7 @@ int nvidia_smi_parse_list(const char *text, size_t len,
         size_t n = 0, n_migs = 0, cap_migs = 0;
         int r;
 
-        r = smi_lines_split(text, len, &l, ret_error);
-        if (r < 0)
-                return r;
-        r = smi_lines_check_error(&l, ret_error);
+        r = smi_lines_open(text, len, &l, ret_error);
         if (r < 0)
                 return r;
 

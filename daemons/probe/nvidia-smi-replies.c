@@ -46,10 +46,7 @@ int nvidia_smi_parse_versions(const char *text, size_t len, NvidiaVersions *ret,
         char kmd[NVIDIA_VERSION_MAX] = "", umd[NVIDIA_VERSION_MAX] = "";
         int r;
 
-        r = smi_lines_split(text, len, &l, ret_error);
-        if (r < 0)
-                return r;
-        r = smi_lines_check_error(&l, ret_error);
+        r = smi_lines_open(text, len, &l, ret_error);
         if (r < 0)
                 return r;
 
@@ -85,10 +82,7 @@ int nvidia_smi_parse_compute_mode_reply(const char *text, size_t len, NvidiaComp
         bool done = false;
         int r;
 
-        r = smi_lines_split(text, len, &l, ret_error);
-        if (r < 0)
-                return r;
-        r = smi_lines_check_error(&l, ret_error);
+        r = smi_lines_open(text, len, &l, ret_error);
         if (r < 0)
                 return r;
 
@@ -127,10 +121,7 @@ int nvidia_smi_parse_compute_mode_query(const char *text, size_t len, NvidiaComp
         size_t n = 0;
         int r;
 
-        r = smi_lines_split(text, len, &l, ret_error);
-        if (r < 0)
-                return r;
-        r = smi_lines_check_error(&l, ret_error);
+        r = smi_lines_open(text, len, &l, ret_error);
         if (r < 0)
                 return r;
 

@@ -79,10 +79,7 @@ int nvidia_smi_parse_summary_mig_devices(const char *text, size_t len, NvidiaQMi
         bool seen_header = false;
         int r;
 
-        r = smi_lines_split(text, len, &l, ret_error);
-        if (r < 0)
-                return r;
-        r = smi_lines_check_error(&l, ret_error);
+        r = smi_lines_open(text, len, &l, ret_error);
         if (r < 0)
                 return r;
 

@@ -213,10 +213,7 @@ int nvidia_smi_parse_topology(const char *text, size_t len, NvidiaTopology **ret
         bool header = false, seen[NVIDIA_GPUS_MAX] = {};
         int r;
 
-        r = smi_lines_split(text, len, &l, ret_error);
-        if (r < 0)
-                return r;
-        r = smi_lines_check_error(&l, ret_error);
+        r = smi_lines_open(text, len, &l, ret_error);
         if (r < 0)
                 return r;
 

@@ -429,6 +429,15 @@ int smi_lines_check_error(const Lines *l, char **ret_error) {
         return 0;
 }
 
+int smi_lines_open(const char *text, size_t len, Lines *ret, char **ret_error) {
+        int r;
+
+        r = smi_lines_split(text, len, ret, ret_error);
+        if (r < 0)
+                return r;
+        return smi_lines_check_error(ret, ret_error);
+}
+
 int nvidia_smi_parse_error(const char *text, size_t len, NvidiaSmiError *ret) {
         _cleanup_(smi_lines_done) Lines l = {};
         int r;
