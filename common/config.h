@@ -170,6 +170,13 @@ typedef struct Config {
                                                     * distributed (default) | packed */
         ConfigSharing nvidia_time_slicing;      /* sharing.timeSlicing */
         ConfigSharing nvidia_mps;               /* sharing.mps */
+        /* The cluster side: kgpu-clusterd and the named NVIDIA configs a node label selects. */
+        char *cluster_user;             /* cluster.user, KGPU_CLUSTER_USER (default kgpu-cluster) */
+        char *cluster_kubeconfig;       /* cluster.kubeconfig, KUBECONFIG (NULL: in-cluster files) */
+        char *cluster_node_name;        /* cluster.nodeName, NODE_NAME (NULL: the host name) */
+        char *cluster_config_label;     /* cluster.configLabel, NODE_LABEL (default nvidia.com/device-plugin.config) */
+        char *nvidia_configs_directory; /* nvidiaConfigs.directory, CONFIG_FILE_SRCDIR */
+        char *nvidia_configs_default;   /* nvidiaConfigs.default, DEFAULT_CONFIG (NULL: kgpu.yaml's own) */
         /* Probe outputs; NULL (empty value) disables. */
         char *labels_feature_file;      /* labels.featureFile, KGPU_LABELS_FEATURE_FILE */
         char *cdi_spec_directory;       /* cdi.specDirectory, KGPU_CDI_SPEC_DIRECTORY (default /var/run/cdi) */
