@@ -504,3 +504,24 @@ int holders_live_claimer(const Holders *h, const char *resource, const char *dev
 bool holders_touches(const HolderRecord *rec, const char *gpu_key) {
         return rec && strv_contains(rec->keys, gpu_key);
 }
+
+int holders_claimers(const Holders *h, const char *resource, const char *device_id,
+                     HolderRecord * const **ret, size_t *ret_n) {
+        const MapEntry *e;
+        const IdList *l;
+        int r;
+
+        if (!h)
+                return -EINVAL;
+        r = map_lookup(&h->ids, resource, device_id, &e);
+        if (r < 0)
+                return r;
+        l = e ? (const IdList *) e->value : NULL;
+        *ret = l ? l->v : NULL;
+        *ret_n = l ? l->n : 0;
+        return 0;
+}
+
+uint64_t holders_record_id(const HolderRecord *rec) {
+        return rec ? rec->id : 0;
+}

@@ -7,8 +7,8 @@
  * Contract:
  *  - The index mirrors a set of allocations (id, resource, device ids, boot id). The store
  *    feeds it: holders_add() after a commit that recorded an allocation (ids strictly
- *    increasing, as SQLite's AUTOINCREMENT gives them), holders_remove() after a commit
- *    that deleted one.
+ *    increasing, as the store hands them out), holders_remove() after a commit that
+ *    deleted one.
  *  - An allocation is *superseded* when one of its device ids is also in a newer
  *    allocation of the same resource (whatever its boot): the kubelet hands an id to a
  *    new container only once the old one is gone. It *counts* when it is not superseded
@@ -51,3 +51,9 @@ int holders_count(const Holders *h, const char *resource, const char *gpu_key, u
 int holders_live_claimer(const Holders *h, const char *resource, const char *device_id,
                          const HolderRecord **ret);
 bool holders_touches(const HolderRecord *rec, const char *gpu_key);
+/* Every allocation of resource holding device_id, counting or not, of any boot, oldest
+ * first: *ret_n of them at *ret, owned by the index and valid until its next change. The
+ * store's superseding reads this instead of an SQL index on device ids. */
+int holders_claimers(const Holders *h, const char *resource, const char *device_id,
+                     HolderRecord * const **ret, size_t *ret_n);
+uint64_t holders_record_id(const HolderRecord *rec);

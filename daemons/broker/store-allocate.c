@@ -17,38 +17,20 @@
 #include "daemons/broker/holders.h"
 #include "daemons/broker/store-internal.h"
 
-static int store_insert_allocation(Store *s, const char *resource, char * const *ids,
-                                   uint64_t created_usec, uint64_t *ret_id) {
+static int store_insert_allocation(Store *s, uint64_t id, const char *resource, const char *packed,
+                                   size_t packed_len, uint64_t created_usec) {
         sqlite3_stmt *st = s->stmt[STMT_INSERT_ALLOCATION];
-        sqlite3_int64 id;
-        int r;
 
-        if (sqlite3_bind_text(st, 1, resource, -1, SQLITE_STATIC) != SQLITE_OK ||
-            sqlite3_bind_int64(st, 2, (sqlite3_int64) MIN(created_usec, (uint64_t) INT64_MAX)) != SQLITE_OK ||
-            sqlite3_bind_text(st, 3, s->boot_id, -1, SQLITE_STATIC) != SQLITE_OK) {
+        if (sqlite3_bind_int64(st, 1, (sqlite3_int64) id) != SQLITE_OK ||
+            sqlite3_bind_text(st, 2, resource, -1, SQLITE_STATIC) != SQLITE_OK ||
+            sqlite3_bind_int64(st, 3, (sqlite3_int64) MIN(created_usec, (uint64_t) INT64_MAX)) != SQLITE_OK ||
+            sqlite3_bind_text(st, 4, s->boot_id, -1, SQLITE_STATIC) != SQLITE_OK ||
+            sqlite3_bind_text(st, 5, packed, (int) packed_len, SQLITE_STATIC) != SQLITE_OK) {
                 sqlite3_reset(st);
                 sqlite3_clear_bindings(st);
                 return -ENOMEM;
         }
-        r = store_step_done(s, STMT_INSERT_ALLOCATION);
-        if (r < 0)
-                return r;
-        id = sqlite3_last_insert_rowid(s->db);
-
-        st = s->stmt[STMT_INSERT_DEVICE];
-        for (char * const *i = ids; *i; i++) {
-                if (sqlite3_bind_int64(st, 1, id) != SQLITE_OK ||
-                    sqlite3_bind_text(st, 2, *i, -1, SQLITE_STATIC) != SQLITE_OK) {
-                        sqlite3_reset(st);
-                        sqlite3_clear_bindings(st);
-                        return -ENOMEM;
-                }
-                r = store_step_done(s, STMT_INSERT_DEVICE);
-                if (r < 0)
-                        return r;
-        }
-        *ret_id = (uint64_t) id;
-        return 0;
+        return store_step_done(s, STMT_INSERT_ALLOCATION);
 }
 
 static int str_ptr_cmp(const void *a, const void *b) {
@@ -86,29 +68,73 @@ static int superseded_cmp(const void *a, const void *b) {
         return x->request < y->request ? -1 : x->request > y->request;
 }
 
-/* Appends the stored allocations of resource that hold device id, for request. */
-static int store_find_claimers(Store *s, const char *resource, const char *id, size_t request,
+static int claimers_add(StoreSuperseded **list, size_t *n, size_t *allocated, uint64_t id, size_t request) {
+        int r = array_reserve((void **) list, allocated, *n + 1, sizeof(StoreSuperseded));
+
+        if (r < 0)
+                return r;
+        (*list)[(*n)++] = (StoreSuperseded) { .id = id, .request = request };
+        return 0;
+}
+
+/* Without the holder index (out of memory): every stored allocation of resource, scanned,
+ * its packed ids read (a row that does not read back is not an allocation: never listed,
+ * never superseded, as when it is read at open). */
+static int store_scan_claimers(Store *s, const char *resource, char ** const *requests, size_t n_requests,
                                StoreSuperseded **list, size_t *n, size_t *allocated) {
-        sqlite3_stmt *st = s->stmt[STMT_FIND_CLAIMERS];
+        sqlite3_stmt *st = s->stmt[STMT_LIST_RESOURCE];
         int rc = SQLITE_DONE, r = 0;
 
-        if (sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC) != SQLITE_OK ||
-            sqlite3_bind_text(st, 2, resource, -1, SQLITE_STATIC) != SQLITE_OK)
+        if (sqlite3_bind_text(st, 1, resource, -1, SQLITE_STATIC) != SQLITE_OK)
                 r = -ENOMEM;
         while (r >= 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+                _cleanup_free_ char **ids = NULL;
                 sqlite3_int64 v = sqlite3_column_int64(st, 0);
+                int len;
 
-                if (v <= 0)
-                        continue;       /* never read at open either */
-                r = array_reserve((void **) list, allocated, *n + 1, sizeof(StoreSuperseded));
-                if (r >= 0)
-                        (*list)[(*n)++] = (StoreSuperseded) { .id = (uint64_t) v, .request = request };
+                if (v <= 0 || sqlite3_column_type(st, 1) != SQLITE_TEXT)
+                        continue;
+                len = sqlite3_column_bytes(st, 1);
+                if (store_ids_unpack(sqlite3_column_text(st, 1), len > 0 ? (size_t) len : 0, &ids, NULL, 0) < 0)
+                        continue;
+                for (size_t i = 0; r >= 0 && i < n_requests; i++)
+                        for (char * const *j = requests[i]; *j; j++)
+                                if (strv_contains(ids, *j)) {
+                                        r = claimers_add(list, n, allocated, (uint64_t) v, i);
+                                        break;
+                                }
         }
         if (r >= 0 && rc != SQLITE_DONE)
                 r = store_sqlite_to_errno(rc) ?: -EIO;
         sqlite3_reset(st);
         sqlite3_clear_bindings(st);
         return r;
+}
+
+/* Appends the stored allocations of resource that hold one of the call's ids, with the
+ * request claiming each; from the holder index (O(ids of the call)), else a scan. */
+static int store_find_claimers(Store *s, const char *resource, char ** const *requests, size_t n_requests,
+                               StoreSuperseded **list, size_t *n, size_t *allocated) {
+        const Holders *h = store_get_holders(s);
+        int r;
+
+        if (!h)
+                return store_scan_claimers(s, resource, requests, n_requests, list, n, allocated);
+        for (size_t i = 0; i < n_requests; i++)
+                for (char * const *j = requests[i]; *j; j++) {
+                        HolderRecord * const *recs;
+                        size_t n_recs;
+
+                        r = holders_claimers(h, resource, *j, &recs, &n_recs);
+                        if (r < 0)
+                                return r;
+                        for (size_t k = 0; k < n_recs; k++) {
+                                r = claimers_add(list, n, allocated, holders_record_id(recs[k]), i);
+                                if (r < 0)
+                                        return r;
+                        }
+                }
+        return 0;
 }
 
 /* The allocations stored once the deletions of this transaction are committed. */
@@ -138,7 +164,10 @@ int store_allocate(Store *s, const char *resource, char ** const *requests, size
                    StoreSuperseded **ret_superseded, size_t *ret_n_superseded) {
         _cleanup_free_ uint64_t *ids = NULL, *old_ids = NULL;
         _cleanup_free_ StoreSuperseded *old = NULL;
+        _cleanup_free_ char **packed = NULL;
+        _cleanup_free_ size_t *packed_len = NULL;
         size_t n_old = 0, allocated_old = 0, n_kept = 0;
+        uint64_t reserve = 0;
         sqlite3_stmt *st;
         int r;
 
@@ -153,24 +182,38 @@ int store_allocate(Store *s, const char *resource, char ** const *requests, size
                 return r;
 
         ids = calloc(n_requests, sizeof(uint64_t));
-        if (!ids)
+        packed = calloc(n_requests + 1, sizeof(char *));
+        packed_len = calloc(n_requests, sizeof(size_t));
+        if (!ids || !packed || !packed_len)
                 return -ENOMEM;
-        /* The copy answers the cap's count (SQL does without it). */
+        /* Packed first: what the store could not read back is refused before anything is
+         * written. */
+        for (size_t i = 0; i < n_requests; i++) {
+                r = store_ids_pack(requests[i], &packed[i], &packed_len[i]);
+                if (r < 0)
+                        goto free_packed;
+        }
+        if (s->next_id > (uint64_t) INT64_MAX - n_requests - STORE_ID_BLOCK) {
+                r = -EOVERFLOW;
+                goto free_packed;
+        }
+        for (size_t i = 0; i < n_requests; i++)
+                ids[i] = s->next_id + i;
+        if (ids[n_requests - 1] > s->id_reserved)
+                reserve = ids[n_requests - 1] + STORE_ID_BLOCK;
+        /* The copy answers the cap's count and the superseding (SQL does without it). */
         (void) store_rows_ensure(s);
 
         r = store_step_done(s, STMT_BEGIN);
         if (r < 0)
-                return r;
+                goto free_packed;
 
         /* Superseded: every stored allocation of the resource holding one of the call's
          * ids, each once, with the first request claiming it. Found before anything is
          * inserted, so the call never supersedes itself. */
-        for (size_t i = 0; i < n_requests; i++)
-                for (char * const *j = requests[i]; *j; j++) {
-                        r = store_find_claimers(s, resource, *j, i, &old, &n_old, &allocated_old);
-                        if (r < 0)
-                                goto rollback;
-                }
+        r = store_find_claimers(s, resource, requests, n_requests, &old, &n_old, &allocated_old);
+        if (r < 0)
+                goto rollback;
         if (n_old > 1) {
                 size_t k = 0;
 
@@ -209,8 +252,20 @@ int store_allocate(Store *s, const char *resource, char ** const *requests, size
                 }
         }
 
+        /* Ids are taken even if this transaction fails (a COMMIT reported failed may
+         * still have reached the disk): one is never offered twice. */
+        s->next_id += n_requests;
+        if (reserve > 0) {
+                if (sqlite3_bind_int64(s->stmt[STMT_RESERVE_IDS], 1, (sqlite3_int64) reserve) != SQLITE_OK) {
+                        r = -ENOMEM;
+                        goto rollback;
+                }
+                r = store_step_done(s, STMT_RESERVE_IDS);
+                if (r < 0)
+                        goto rollback;
+        }
         for (size_t i = 0; i < n_requests; i++) {
-                r = store_insert_allocation(s, resource, requests[i], created_usec, &ids[i]);
+                r = store_insert_allocation(s, ids[i], resource, packed[i], packed_len[i], created_usec);
                 if (r < 0)
                         goto rollback;
         }
@@ -224,6 +279,10 @@ int store_allocate(Store *s, const char *resource, char ** const *requests, size
         r = store_step_done(s, STMT_COMMIT);
         if (r < 0)
                 goto rollback;
+        if (reserve > 0)
+                s->id_reserved = reserve;
+        strv_free(packed);
+        packed = NULL;
 
         log_debug("Committed %zu allocation(s) of %s, %zu superseded.", n_requests, resource, n_old);
         store_rows_release(s, old_ids, n_old);
@@ -242,6 +301,9 @@ rollback:
          * that nothing of it ever becomes visible. */
         if (!sqlite3_get_autocommit(s->db))
                 (void) store_step_done(s, STMT_ROLLBACK);
+free_packed:
+        strv_free(packed);
+        packed = NULL;
         return r;
 }
 

@@ -74,95 +74,98 @@ StoreRow *store_rows_find(Store *s, uint64_t id) {
         return lo < s->n_rows && s->rows[lo].id == id ? &s->rows[lo] : NULL;
 }
 
-/* The row being read (its ids in *ids) is complete: kept, its ids packed, if valid;
- * else dropped (logged). */
-static int rows_close_last(Store *s, bool bad, char ***ids) {
-        _cleanup_strv_free_ char **l = TAKE_PTR(*ids);
-        StoreRow *row = s->n_rows > 0 ? &s->rows[s->n_rows - 1] : NULL;
-
-        if (!row || row->device_ids)
-                return 0;               /* nothing open */
-        if (bad || strv_length(l) == 0) {
-                log_debug("Skipping malformed allocation row %" PRIu64 ".", row->id);
-                row_done(row);
-                s->n_rows--;
-                return 0;
-        }
-        row->device_ids = strv_pack(l);
-        return row->device_ids ? 0 : -ENOMEM;
+/* A malformed row: skipped (the file is not rewritten), counted, the first reason kept. */
+static void rows_skip(Store *s, int64_t id, const char *why) {
+        log_debug("%s: skipping malformed allocation row %" PRIi64 ": %s.", s->path, id, why);
+        if (s->n_skipped++ == 0 &&
+            asprintf(&s->skipped_first, "allocation row %" PRIi64 ": %s", id, why) < 0)
+                s->skipped_first = NULL;
 }
 
-/* Reads every allocation (rows failing validation are skipped). */
+/* Reads every allocation; a row failing validation is skipped with its reason, and only
+ * it (the packed device ids are checked whole before anything of the row is kept). */
 int store_rows_load(Store *s) {
         sqlite3_stmt *st = s->stmt[STMT_LIST_ALL];
-        _cleanup_strv_free_ char **ids = NULL;  /* of the row being read */
-        uint64_t cur = 0;
-        bool bad = false;
+        uint64_t last = 0;
         int rc, r = 0;
 
         store_rows_drop(s);
+        s->n_skipped = 0;
+        s->skipped_first = mfree(s->skipped_first);
         for (;;) {
+                _cleanup_free_ char **ids = NULL;
+                char problem[128];
                 sqlite3_int64 id, created;
-                const char *resource, *boot_id, *device_id;
+                const char *resource, *boot_id;
+                const void *packed;
                 StoreRow *row;
+                int n;
 
                 rc = sqlite3_step(st);
                 if (rc != SQLITE_ROW)
                         break;
 
                 id = sqlite3_column_int64(st, 0);
-                if (id <= 0 || (uint64_t) id < cur)
-                        continue;
-                if ((uint64_t) id != cur) {
-                        r = rows_close_last(s, bad, &ids);
-                        if (r < 0)
-                                break;
-                        cur = (uint64_t) id;
-                        bad = false;
-                        row = rows_push(s);
-                        if (!row) {
-                                r = -ENOMEM;
-                                break;
-                        }
-                        row->id = cur;
-                        resource = store_column_text(st, 1);
-                        created = sqlite3_column_int64(st, 2);
-                        boot_id = store_column_text(st, 3);
-                        if (isempty(resource) || !boot_id || created < 0) {
-                                bad = true;
-                                continue;
-                        }
-                        row->created_usec = (uint64_t) created;
-                        row->resource = intern(s, resource);
-                        row->boot_id = intern(s, boot_id);
-                        if (!row->resource || !row->boot_id) {
-                                r = -ENOMEM;
-                                break;
-                        }
-                        r = free_and_strdup(&row->pod_namespace, store_empty_to_null(store_column_text(st, 5)));
-                        if (r >= 0)
-                                r = free_and_strdup(&row->pod_name, store_empty_to_null(store_column_text(st, 6)));
-                        if (r >= 0)
-                                r = free_and_strdup(&row->container_name, store_empty_to_null(store_column_text(st, 7)));
-                        if (r < 0)
-                                break;
-                }
-                if (bad || sqlite3_column_type(st, 4) == SQLITE_NULL)
-                        continue;       /* an allocation without devices: dropped when closed */
-                device_id = store_column_text(st, 4);
-                if (isempty(device_id) || strv_length(ids) >= STORE_IDS_MAX) {
-                        bad = true;
+                if (id <= 0 || (uint64_t) id <= last) {
+                        rows_skip(s, id, "invalid id");
                         continue;
                 }
-                r = strv_extend(&ids, device_id);
+                resource = store_column_text(st, 1);
+                created = sqlite3_column_int64(st, 2);
+                boot_id = store_column_text(st, 3);
+                if (isempty(resource)) {
+                        rows_skip(s, id, "resource name missing, too long or not UTF-8");
+                        continue;
+                }
+                if (sqlite3_column_type(st, 2) != SQLITE_INTEGER || created < 0) {
+                        rows_skip(s, id, "creation time not a positive integer");
+                        continue;
+                }
+                if (!boot_id) {
+                        rows_skip(s, id, "boot id missing, too long or not UTF-8");
+                        continue;
+                }
+                if (sqlite3_column_type(st, 4) != SQLITE_TEXT) {
+                        rows_skip(s, id, "device ids not text");
+                        continue;
+                }
+                packed = sqlite3_column_text(st, 4);
+                n = sqlite3_column_bytes(st, 4);
+                r = store_ids_unpack(packed, n > 0 ? (size_t) n : 0, &ids, problem, sizeof(problem));
+                if (r == -EBADMSG) {
+                        rows_skip(s, id, problem);
+                        r = 0;
+                        continue;
+                }
+                if (r < 0)
+                        break;
+
+                row = rows_push(s);
+                if (!row) {
+                        r = -ENOMEM;
+                        break;
+                }
+                last = (uint64_t) id;
+                row->id = (uint64_t) id;
+                row->created_usec = (uint64_t) created;
+                row->resource = intern(s, resource);
+                row->boot_id = intern(s, boot_id);
+                row->device_ids = TAKE_PTR(ids);
+                if (!row->resource || !row->boot_id) {
+                        r = -ENOMEM;
+                        break;
+                }
+                r = free_and_strdup(&row->pod_namespace, store_empty_to_null(store_column_text(st, 5)));
+                if (r >= 0)
+                        r = free_and_strdup(&row->pod_name, store_empty_to_null(store_column_text(st, 6)));
+                if (r >= 0)
+                        r = free_and_strdup(&row->container_name, store_empty_to_null(store_column_text(st, 7)));
                 if (r < 0)
                         break;
         }
-        if (r >= 0 && rc != SQLITE_DONE)
+        if (r >= 0 && rc != SQLITE_DONE && rc != SQLITE_ROW)
                 r = store_sqlite_to_errno(rc) ?: -EIO;
         sqlite3_reset(st);
-        if (r >= 0)
-                r = rows_close_last(s, bad, &ids);
         if (r < 0) {
                 store_rows_drop(s);
                 return r;

@@ -29,30 +29,27 @@ static const char * const statement_sql[_STMT_MAX] = {
         [STMT_BEGIN] = "BEGIN IMMEDIATE",
         [STMT_COMMIT] = "COMMIT",
         [STMT_ROLLBACK] = "ROLLBACK",
+        /* Schema v4: one row, one page, per allocation (its ids packed, its id chosen). */
         [STMT_INSERT_ALLOCATION] =
-                "INSERT INTO allocations (resource, created_usec, boot_id) VALUES (?1, ?2, ?3)",
-        [STMT_INSERT_DEVICE] =
-                "INSERT INTO allocation_devices (allocation_id, device_id) VALUES (?1, ?2)",
+                "INSERT INTO allocations (id, resource, created_usec, boot_id, device_ids) "
+                "VALUES (?1, ?2, ?3, ?4, ?5)",
         /* All of them, oldest first, read once at open into the store's copy (see
-         * StoreRow): scanned in rowid order, so only each allocation's few device rows
-         * are sorted. */
+         * StoreRow): the table in rowid order, nothing sorted. */
         [STMT_LIST_ALL] =
-                "SELECT a.id, a.resource, a.created_usec, a.boot_id, d.device_id, "
-                "a.pod_namespace, a.pod_name, a.container_name "
-                "FROM allocations AS a "
-                "LEFT JOIN allocation_devices AS d ON d.allocation_id = a.id "
-                "ORDER BY a.id, d.rowid",
+                "SELECT id, resource, created_usec, boot_id, device_ids, pod_namespace, pod_name, container_name "
+                "FROM allocations ORDER BY id",
         [STMT_DELETE_ALLOCATION] = "DELETE FROM allocations WHERE id = ?1",
         [STMT_SET_HOLDER] =
                 ("UPDATE allocations SET pod_namespace = ?2, pod_name = ?3, container_name = ?4, "
                  "seen_usec = ?5 WHERE id = ?1"),
-        /* The stored allocations of a resource holding a device id (superseded by an
-         * Allocate of it): through the index on device_id, one row normally. */
-        [STMT_FIND_CLAIMERS] =
-                "SELECT d.allocation_id FROM allocation_devices AS d "
-                "JOIN allocations AS a ON a.id = d.allocation_id "
-                "WHERE d.device_id = ?1 AND a.resource = ?2",
+        /* The allocations of a resource, for superseding when the in-memory copy could
+         * not be built (out of memory): a scan. Normally the holder index answers. */
+        [STMT_LIST_RESOURCE] = "SELECT id, device_ids FROM allocations WHERE resource = ?1",
         [STMT_COUNT] = "SELECT count(*) FROM allocations",
+        /* An update in place (the key is unchanged): the meta table's one page. */
+        [STMT_RESERVE_IDS] =
+                "INSERT INTO meta (key, value) VALUES ('id_reserved', CAST(?1 AS TEXT)) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
 };
 
 /* Schema v1. user_version is set in the same transaction, so a crash while creating
@@ -106,11 +103,23 @@ static const char schema_v3[] =
         "  healthy INTEGER NOT NULL);"
         "PRAGMA user_version = 3;";
 
-/* Migration steps: schema_steps[v] takes a database from version v to v + 1. */
-static const char * const schema_steps[STORE_SCHEMA_VERSION] = {
-        schema_v1,
-        schema_v2,
-        schema_v3,
+/* Schema v4: one row per allocation, its device ids packed into allocations.device_ids,
+ * no allocation_devices table and its two indexes, no AUTOINCREMENT (the store chooses
+ * ids: meta 'id_reserved'), so that one Allocate writes one page in the common case
+ * (store-migrate.c; the numbers are in docs/PERFORMANCE.md). */
+
+/* Migration steps: schema_steps[v] takes a database from version v to v + 1, either SQL
+ * (which sets user_version itself) or a function run in the step's transaction. */
+typedef struct SchemaStep {
+        const char *sql;
+        int (*run)(sqlite3 *db);
+} SchemaStep;
+
+static const SchemaStep schema_steps[STORE_SCHEMA_VERSION] = {
+        { .sql = schema_v1 },
+        { .sql = schema_v2 },
+        { .sql = schema_v3 },
+        { .run = store_migrate_v4 },
 };
 
 int store_sqlite_to_errno(int rc) {
@@ -146,46 +155,6 @@ int store_sqlite_to_errno(int rc) {
         default:
                 return -EIO;
         }
-}
-
-static bool store_utf8_valid(const unsigned char *s, size_t n) {
-        size_t i = 0;
-
-        while (i < n) {
-                unsigned char c = s[i];
-                uint32_t cp;
-                size_t len;
-
-                if (c == 0)
-                        return false;
-                if (c < 0x80) {
-                        i++;
-                        continue;
-                }
-                if ((c & 0xe0) == 0xc0) {
-                        len = 2;
-                        cp = c & 0x1f;
-                } else if ((c & 0xf0) == 0xe0) {
-                        len = 3;
-                        cp = c & 0x0f;
-                } else if ((c & 0xf8) == 0xf0) {
-                        len = 4;
-                        cp = c & 0x07;
-                } else
-                        return false;
-                if (n - i < len)
-                        return false;
-                for (size_t j = 1; j < len; j++) {
-                        if ((s[i + j] & 0xc0) != 0x80)
-                                return false;
-                        cp = (cp << 6) | (s[i + j] & 0x3f);
-                }
-                if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-                    cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-                        return false;
-                i += len;
-        }
-        return true;
 }
 
 /* A TEXT column of at most max bytes of valid UTF-8 without NUL, or NULL. */
@@ -436,7 +405,7 @@ static int store_migrate(Store *s, int64_t version, char **ret_error) {
         for (int64_t v = version; v < STORE_SCHEMA_VERSION; v++) {
                 r = store_exec(s->db, "BEGIN IMMEDIATE");
                 if (r >= 0) {
-                        r = store_exec(s->db, schema_steps[v]);
+                        r = schema_steps[v].run ? schema_steps[v].run(s->db) : store_exec(s->db, schema_steps[v].sql);
                         if (r >= 0)
                                 r = store_exec(s->db, "COMMIT");
                         if (r < 0 && !sqlite3_get_autocommit(s->db))
@@ -449,6 +418,34 @@ static int store_migrate(Store *s, int64_t version, char **ret_error) {
                         log_debug("Migrated %s from schema version %" PRIi64 " to %" PRIi64 ".", s->path, v, v + 1);
         }
 
+        return 0;
+}
+
+/* Where allocation ids go on: above the reserved mark and above every stored id (a file
+ * edited by hand may have either wrong; the larger is safe). */
+static int store_load_ids(Store *s) {
+        _cleanup_free_ char *v = NULL;
+        int64_t max_id = 0;
+        uint64_t reserved = 0;
+        char *end = NULL;
+        int r;
+
+        r = store_read_meta(s, "id_reserved", &v);
+        if (r < 0)
+                return r;
+        if (!isempty(v)) {
+                errno = 0;
+                reserved = strtoull(v, &end, 10);
+                if (errno != 0 || !end || *end || v[0] < '0' || v[0] > '9' || reserved > INT64_MAX) {
+                        log_debug("%s: ignoring the invalid meta id_reserved \"%s\".", s->path, v);
+                        reserved = 0;
+                }
+        }
+        r = store_pragma_int(s->db, "SELECT coalesce(max(id), 0) FROM allocations", &max_id);
+        if (r < 0)
+                return r;
+        s->id_reserved = reserved;
+        s->next_id = MAX(reserved, (uint64_t) MAX(max_id, 0)) + 1;
         return 0;
 }
 
@@ -526,6 +523,11 @@ int store_open(const char *directory, const char *boot_id, Store **ret, char **r
                 return store_error(ret_error, r, s->path, "cannot record the boot id: %s",
                                    sqlite3_errmsg(s->db));
 
+        r = store_load_ids(s);
+        if (r < 0)
+                return store_error(ret_error, r, s->path, "cannot read the allocation ids: %s",
+                                   sqlite3_errmsg(s->db));
+
         r = store_rows_load(s);
         if (r < 0)
                 return store_error(ret_error, r, s->path, "cannot read the allocations: %s",
@@ -549,6 +551,7 @@ Store *store_free(Store *s) {
         free(s->path);
         free(s->boot_id);
         free(s->previous_boot_id);
+        free(s->skipped_first);
         return mfree(s);
 }
 
@@ -558,6 +561,12 @@ const char *store_get_path(const Store *s) {
 
 const char *store_get_previous_boot_id(const Store *s) {
         return s->previous_boot_id ?: "";
+}
+
+size_t store_get_skipped_rows(const Store *s, const char **ret_first) {
+        if (ret_first)
+                *ret_first = s->skipped_first ?: "";
+        return s->n_skipped;
 }
 
 void store_set_before_commit(Store *s, StoreBeforeCommitFunc cb, void *userdata) {

@@ -20,6 +20,11 @@
 #include "daemons/broker/store.h"
 #include "tests/unit/test-main.h"
 
+/* Schema v4 keeps an allocation's ids in one column, joined by line breaks: the number
+ * of ids stored, and whether an allocation holds one. */
+#define N_IDS_SQL "SELECT coalesce(sum(length(device_ids) - length(replace(device_ids, char(10), '')) + 1), 0) FROM allocations"
+#define HOLDS(id) "instr(char(10) || device_ids || char(10), char(10) || '" id "' || char(10)) > 0"
+
 static char dir[] = "/tmp/kgpu-test-store-XXXXXX";
 static char db_path[256];
 
@@ -166,7 +171,10 @@ START_TEST(test_store_create) {
 
         ck_assert_int_eq(raw_int("PRAGMA user_version"), STORE_SCHEMA_VERSION);
         ck_assert_int_eq(raw_int("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
-                                 "('meta', 'allocations', 'allocation_devices')"), 3);
+                                 "('meta', 'allocations', 'inventory')"), 3);
+        /* Schema v4: no device table, no index on the allocations beside the rowid. */
+        ck_assert_int_eq(raw_int("SELECT count(*) FROM sqlite_master WHERE name = 'allocation_devices'"), 0);
+        ck_assert_int_eq(raw_int("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'allocations'"), 0);
         ck_assert_int_eq(raw_int("SELECT count(*) FROM pragma_journal_mode WHERE journal_mode = 'wal'"), 1);
 
         s = open_ok("boot-2");
@@ -401,7 +409,7 @@ START_TEST(test_store_failed_commit_rolls_back) {
         ck_assert_int_eq(store_foreach_allocation(s, 0, collect, &seen), 2);
         ck_assert_str_eq(seen.devices[1], "dev-b,dev-c");
         s = store_free(s);
-        ck_assert_int_eq(raw_int("SELECT count(*) FROM allocation_devices"), 3);
+        ck_assert_int_eq(raw_int(N_IDS_SQL), 3);
 }
 END_TEST
 
@@ -443,7 +451,7 @@ START_TEST(test_store_killed_before_commit) {
         ck_assert_int_eq(store_foreach_allocation(s, 0, collect, &seen), 1);
         ck_assert_str_eq(seen.devices[0], "committed");
         s = store_free(s);
-        ck_assert_int_eq(raw_int("SELECT count(*) FROM allocation_devices"), 1);
+        ck_assert_int_eq(raw_int(N_IDS_SQL), 1);
         ck_assert_int_eq(raw_int("SELECT count(*) FROM allocations"), 1);
 }
 END_TEST
@@ -505,35 +513,124 @@ START_TEST(test_store_kill_anytime) {
                 s = store_free(s);
                 /* Nothing acknowledged was lost; nothing half written is there. */
                 ck_assert_int_ge(raw_int("SELECT coalesce(max(id), 0) FROM allocations"), (long long) acked);
-                ck_assert_int_eq(raw_int("SELECT count(*) FROM allocations a WHERE "
-                                         "(SELECT count(*) FROM allocation_devices d WHERE d.allocation_id = a.id) != 3"), 0);
+                ck_assert_int_eq(raw_int("SELECT count(*) FROM allocations WHERE "
+                                         "device_ids != 'a' || char(10) || 'b' || char(10) || 'c'"), 0);
                 ck_assert_int_eq(raw_int("SELECT count(*) FROM allocations"), (long long) n);
         }
 }
 END_TEST
 
+/* Rows a hostile hand wrote into the file (schema v4, the packed device ids above all):
+ * each is skipped with its reason, every other row is kept, the file keeps them as they
+ * are, and the store goes on allocating above every id in it. */
 START_TEST(test_store_bad_rows_skipped) {
         _cleanup_(store_freep) Store *s = NULL;
         char *ids[] = { (char *) "good", NULL };
         char **reqs[] = { ids };
+        const char *first = NULL;
+        uint64_t id;
         Seen seen = {};
 
         s = open_ok("b");
         ck_assert_int_eq(store_allocate(s, "res", reqs, 1, 1, NULL, NULL, NULL), 0);
         s = store_free(s);
-        /* A hostile hand edited the file: invalid UTF-8, wrong types, huge strings. */
-        raw_exec("INSERT INTO allocations (resource, created_usec, boot_id) VALUES ('res', 2, 'b');"
-                 "INSERT INTO allocation_devices (allocation_id, device_id) VALUES (last_insert_rowid(), CAST(x'ff41' AS TEXT));"
-                 "INSERT INTO allocations (resource, created_usec, boot_id) VALUES (x'0102', 3, 'b');"
-                 "INSERT INTO allocation_devices (allocation_id, device_id) VALUES (last_insert_rowid(), 'x');"
-                 "INSERT INTO allocations (resource, created_usec, boot_id) VALUES ('res', 4, 'b');"
-                 "INSERT INTO allocation_devices (allocation_id, device_id) VALUES (last_insert_rowid(), printf('%.300c', 'a'));"
-                 "INSERT INTO allocations (resource, created_usec, boot_id) VALUES ('res', -5, 'b');"
-                 "INSERT INTO allocation_devices (allocation_id, device_id) VALUES (last_insert_rowid(), 'y');"
-                 "INSERT INTO allocations (resource, created_usec, boot_id) VALUES ('res', 6, 'b');");
+#define BAD(idv, res, created, devs) \
+        "INSERT INTO allocations (id, resource, created_usec, boot_id, device_ids) VALUES (" idv ", " res ", " created ", 'b', " devs ");"
+        raw_exec(BAD("10", "x'0102'", "3", "'x'")                                       /* resource not text */
+                 BAD("11", "'res'", "-5", "'y'")                                        /* negative time */
+                 BAD("12", "'res'", "'soon'", "'y'")                                    /* time not an integer */
+                 BAD("13", "'res'", "4", "''")                                          /* no ids */
+                 BAD("14", "'res'", "4", "'a' || char(10)")                             /* truncated: empty last id */
+                 BAD("15", "'res'", "4", "char(10) || 'a'")                             /* empty first id */
+                 BAD("16", "'res'", "4", "'a' || char(10) || char(10) || 'b'")          /* empty id inside */
+                 BAD("17", "'res'", "4", "printf('%.257c', 'a')")                       /* id over 256 bytes */
+                 BAD("18", "'res'", "4", "replace(printf('%.1024c', 'x'), 'x', 'i' || char(10)) || 'last'") /* 1025 ids */
+                 BAD("19", "'res'", "4", "printf('%.300000c', 'a')")                    /* overlong column */
+                 BAD("20", "'res'", "4", "CAST(x'ff41' AS TEXT)")                       /* not UTF-8 */
+                 BAD("21", "'res'", "4", "CAST(x'610062' AS TEXT)")                     /* a NUL inside */
+                 BAD("22", "'res'", "4", "x'61'")                                       /* a blob */
+                 BAD("23", "'res'", "4", "(WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c "
+                                         "WHERE i < 1025) SELECT group_concat('id' || i, char(10)) FROM c)") /* 1025 distinct */
+                 BAD("24", "'res'", "4", "'d' || char(10) || 'e' || char(10) || 'd'")   /* an id twice */
+                 /* The limits themselves are allowed: 1024 ids, an id of 256 bytes. */
+                 "INSERT INTO allocations (id, resource, created_usec, boot_id, device_ids) VALUES (30, 'res', 5, 'b', "
+                 "  (WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 1024) "
+                 "   SELECT group_concat('id' || i, char(10)) FROM c));"
+                 BAD("31", "'res'", "6", "printf('%.256c', 'z') || char(10) || 'w'")
+                 BAD("1000", "'res'", "7", "'a' || char(10) || 'b'"));           /* after the bad ones */
+#undef BAD
         s = open_ok("b");
-        ck_assert_int_eq(store_foreach_allocation(s, 0, collect, &seen), 1);
+        ck_assert_int_eq(store_foreach_allocation(s, 0, collect, &seen), 4);
         ck_assert_str_eq(seen.devices[0], "good");
+        ck_assert_uint_eq(seen.ids[1], 30);
+        ck_assert_uint_eq(seen.n_devices[1], 1024);
+        ck_assert_uint_eq(seen.ids[2], 31);
+        ck_assert_uint_eq(seen.n_devices[2], 2);
+        ck_assert_uint_eq(seen.ids[3], 1000);
+        ck_assert_str_eq(seen.devices[3], "a,b");
+        ck_assert_uint_eq(store_get_skipped_rows(s, &first), 15);
+        ck_assert_str_eq(first, "allocation row 10: resource name missing, too long or not UTF-8");
+        /* Allocating goes on above every id in the file; superseding sees the kept rows. */
+        {
+                char *a[] = { (char *) "a", NULL };
+                char **ra[] = { a };
+                _cleanup_free_ StoreSuperseded *old = NULL;
+                size_t n_old = 0;
+
+                ck_assert_int_eq(store_allocate(s, "res", ra, 1, 8, &id, &old, &n_old), 0);
+                ck_assert_uint_gt(id, 1000);
+                ck_assert_uint_eq(n_old, 1);
+                ck_assert_uint_eq(old[0].id, 1000);
+        }
+        s = store_free(s);
+        /* The bad rows are left as they were (never rewritten, never deleted). */
+        ck_assert_int_eq(raw_int("SELECT count(*) FROM allocations WHERE id BETWEEN 10 AND 24"), 15);
+        ck_assert_int_eq(raw_int("SELECT count(*) FROM allocations WHERE id = 24 AND device_ids = "
+                                 "'d' || char(10) || 'e' || char(10) || 'd'"), 1);
+        s = open_ok("b");
+        ck_assert_uint_eq(store_get_skipped_rows(s, NULL), 15);
+}
+END_TEST
+
+/* What the store could not read back is refused when written, and changes nothing. */
+START_TEST(test_store_refuses_unpackable_ids) {
+        _cleanup_(store_freep) Store *s = NULL;
+        char long_id[258], max_id[257];
+        char *nl[] = { (char *) "a\nb", NULL }, *too_long[] = { long_id, NULL }, *utf[] = { (char *) "\xff", NULL };
+        char *empty[] = { (char *) "", NULL }, *longest[] = { max_id, NULL };
+        char **r_nl[] = { nl }, **r_long[] = { too_long }, **r_utf[] = { utf }, **r_empty[] = { empty };
+        char **r_longest[] = { longest };
+        _cleanup_strv_free_ char **many = NULL;
+        char **r_many[1];
+        Seen seen = {};
+
+        memset(long_id, 'x', 257);
+        long_id[257] = 0;
+        memset(max_id, 'y', 256);
+        max_id[256] = 0;
+        for (int i = 0; i < 1025; i++) {
+                char v[16];
+
+                snprintf(v, sizeof(v), "id%d", i);
+                ck_assert_int_eq(strv_extend(&many, v), 0);
+        }
+        r_many[0] = many;
+        s = open_ok("b");
+        ck_assert_int_eq(store_allocate(s, "res", r_nl, 1, 1, NULL, NULL, NULL), -EINVAL);
+        ck_assert_int_eq(store_allocate(s, "res", r_long, 1, 1, NULL, NULL, NULL), -EINVAL);
+        ck_assert_int_eq(store_allocate(s, "res", r_utf, 1, 1, NULL, NULL, NULL), -EINVAL);
+        ck_assert_int_eq(store_allocate(s, "res", r_empty, 1, 1, NULL, NULL, NULL), -EINVAL);
+        ck_assert_int_eq(store_allocate(s, "res", r_many, 1, 1, NULL, NULL, NULL), -EINVAL);
+        ck_assert_uint_eq(store_get_n_allocations(s), 0);
+        free(many[1024]);
+        many[1024] = NULL;      /* 1024: the most */
+        ck_assert_int_eq(store_allocate(s, "res", r_many, 1, 1, NULL, NULL, NULL), 0);
+        ck_assert_int_eq(store_allocate(s, "res", r_longest, 1, 1, NULL, NULL, NULL), 0);
+        s = store_free(s);
+        s = open_ok("b");
+        ck_assert_int_eq(store_foreach_allocation(s, 0, collect, &seen), 2);
+        ck_assert_uint_eq(seen.n_devices[0], 1024);
+        ck_assert_uint_eq(store_get_skipped_rows(s, NULL), 0);
 }
 END_TEST
 
@@ -600,9 +697,8 @@ START_TEST(test_store_supersedes) {
         ck_assert_int_eq(store_foreach_allocation(s, 0, count_cb, NULL), 4);
         s = store_free(s);
         ck_assert_int_eq(raw_int("SELECT count(*) FROM allocations"), 4);
-        ck_assert_int_eq(raw_int("SELECT count(*) FROM allocation_devices"), 4);
-        ck_assert_int_eq(raw_int("SELECT count(*) FROM allocation_devices d JOIN allocations a "
-                                 "ON a.id = d.allocation_id WHERE a.resource = 'res' AND d.device_id = '0000:03:00.0'"), 1);
+        ck_assert_int_eq(raw_int(N_IDS_SQL), 4);
+        ck_assert_int_eq(raw_int("SELECT count(*) FROM allocations WHERE resource = 'res' AND " HOLDS("0000:03:00.0")), 1);
         ck_assert_int_eq(raw_int("SELECT max(id) FROM allocations WHERE resource = 'res'"), (long long) f);
 }
 END_TEST
@@ -628,7 +724,7 @@ START_TEST(test_store_cap) {
         ck_assert_int_eq(store_allocate(s, "res", ra_d, 2, 1, NULL, NULL, NULL), -EDQUOT);
         ck_assert_uint_eq(store_get_n_allocations(s), 3);
         ck_assert_int_eq(raw_int("SELECT count(*) FROM allocations"), 3);
-        ck_assert_int_eq(raw_int("SELECT count(*) FROM allocation_devices WHERE device_id = 'a'"), 1);
+        ck_assert_int_eq(raw_int("SELECT count(*) FROM allocations WHERE " HOLDS("a")), 1);
         /* Allocating a again replaces its allocation: allowed at the cap. */
         ck_assert_int_eq(store_allocate(s, "res", ra, 1, 2, NULL, NULL, NULL), 0);
 
@@ -765,7 +861,7 @@ START_TEST(test_store_wal_bounded) {
         for (int i = 0; i < 10; i++)
                 held += i % 3 == 0;
         ck_assert_int_eq(raw_int("SELECT count(*) FROM allocations"), 40);
-        ck_assert_int_eq(raw_int("SELECT count(DISTINCT device_id) FROM allocation_devices"), 40);
+        ck_assert_int_eq(raw_int("SELECT count(DISTINCT device_ids) FROM allocations"), 40);
         ck_assert_int_eq(raw_int("SELECT count(*) FROM allocations WHERE created_usec >= 10"), 30);
         ck_assert_int_eq(raw_int("SELECT count(*) FROM allocations WHERE pod_name != ''"), held);
 }
@@ -790,6 +886,7 @@ static Suite *store_suite(void) {
         tcase_add_test(tc, test_store_killed_before_commit);
         tcase_add_test(tc, test_store_kill_anytime);
         tcase_add_test(tc, test_store_bad_rows_skipped);
+        tcase_add_test(tc, test_store_refuses_unpackable_ids);
         tcase_add_test(tc, test_store_supersedes);
         tcase_add_test(tc, test_store_cap);
         tcase_add_test(tc, test_store_wal_bounded);
