@@ -207,6 +207,14 @@ static void manager_open_store(Manager *m) {
             !streq(store_get_previous_boot_id(m->store), m->boot_id))
                 log_info("State database %s was last used in another boot (%s).", store_get_path(m->store),
                          store_get_previous_boot_id(m->store));
+        {
+                const char *first;
+                size_t n = store_get_skipped_rows(m->store, &first);
+
+                if (n > 0)
+                        log_warning("State database %s: %zu malformed allocation row(s) ignored and left in the "
+                                    "file, the others kept; first: %s.", store_get_path(m->store), n, first);
+        }
         log_debug("State database %s opened.", store_get_path(m->store));
 }
 

@@ -53,12 +53,15 @@ def wal_bound():
     return 2 * frames * (4096 + 24) + 32 + 16 * (4096 + 24)
 
 
+# Schema v4: an allocation's device ids in one column, joined by line breaks.
+HOLDS = "instr(char(10) || device_ids || char(10), char(10) || ? || char(10)) > 0"
+
+
 def db_rows(node, resource, device):
     c = sqlite3.connect('file:%s?mode=ro' % os.path.join(node.state_dir, 'kgpu.db'), uri=True)
     try:
         c.execute('PRAGMA busy_timeout = 2000')
-        return c.execute('SELECT a.id, a.created_usec FROM allocations a JOIN allocation_devices d '
-                         'ON d.allocation_id = a.id WHERE a.resource = ? AND d.device_id = ?',
+        return c.execute('SELECT id, created_usec FROM allocations WHERE resource = ? AND ' + HOLDS,
                          (resource, device)).fetchall()
     finally:
         c.close()
@@ -68,8 +71,8 @@ def holder(node, resource, device):
     c = sqlite3.connect('file:%s?mode=ro' % os.path.join(node.state_dir, 'kgpu.db'), uri=True)
     try:
         c.execute('PRAGMA busy_timeout = 2000')
-        rows = c.execute('SELECT a.pod_name FROM allocations a JOIN allocation_devices d ON d.allocation_id = a.id '
-                         'WHERE a.resource = ? AND d.device_id = ?', (resource, device)).fetchall()
+        rows = c.execute('SELECT pod_name FROM allocations WHERE resource = ? AND ' + HOLDS,
+                         (resource, device)).fetchall()
     finally:
         c.close()
     return rows[0][0] if len(rows) == 1 else rows

@@ -45,8 +45,10 @@ def db_counts(node):
     c = sqlite3.connect('file:%s?mode=ro' % os.path.join(node.state_dir, 'kgpu.db'), uri=True)
     try:
         c.execute('PRAGMA busy_timeout = 5000')
-        rows = c.execute('SELECT a.id, a.resource, d.device_id, a.created_usec FROM allocations a '
-                         'JOIN allocation_devices d ON d.allocation_id = a.id').fetchall()
+        # Schema v4: an allocation's device ids in one column, joined by line breaks.
+        rows = [(a, res, dev, created) for a, res, ids, created in
+                c.execute('SELECT id, resource, device_ids, created_usec FROM allocations').fetchall()
+                for dev in ids.split('\n')]
         n_allocs = c.execute('SELECT count(*) FROM allocations').fetchone()[0]
     finally:
         c.close()
