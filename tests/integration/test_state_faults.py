@@ -17,9 +17,15 @@
 #     remounted read-write and the broker restarted, every acknowledged allocation is
 #     there and Allocate works again (replacing the GPU's allocation with a new one). (A remount under the running broker is refused by
 #     the kernel while the file is open for writing.)
+#   schema v3: the state file a v3 broker wrote (tests/data/store/kgpu-v3.db) is migrated
+#     to v4 by the broker at start: ListAllocations lists its five allocations as they
+#     were, an Allocate of its Intel GPU supersedes the old allocation with a new id above
+#     every id the v3 file ever gave; a file of schema v5 (a newer broker's) is refused:
+#     Allocate UNAVAILABLE naming the state database, "newer" in the log, the file kept.
 
 import os
 import pwd
+import sqlite3
 import subprocess
 import time
 
@@ -151,9 +157,73 @@ def full_disk(node):
         subprocess.run(['umount', node.state_dir], check=False)
 
 
+def place_v3(node):
+    node.daemons['broker'].stop()
+    clear_state(node)
+    with open(os.path.join(harness.SOURCE_ROOT, 'tests', 'data', 'store', 'kgpu-v3.db'), 'rb') as f:
+        data = f.read()
+    with open(db_path(node), 'wb') as f:
+        f.write(data)
+    own_state(node)
+    bu = pwd.getpwnam(harness.BROKER_USER)
+    os.chown(db_path(node), bu.pw_uid, bu.pw_gid)
+    os.chmod(db_path(node), 0o600)
+
+
+def schema_v3(node):
+    # grpcd stopped: its reconciliation at the broker's start would release the file's
+    # allocations (another boot, pods the simulated kubelet never ran).
+    node.daemons['grpc'].stop()
+    place_v3(node)
+    node.restart_broker()
+    got = sorted((a[0], a[1], list(a[2])) for a in node.list_allocations())
+    mig = ['MIG-%df1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0' % i for i in range(3)]
+    want = [(1, RES_I915, [GPU_I915]), (3, RES_I915, [GPU_XE]),
+            (4, 'nvidia.com/gpu', ['GPU-4a5e1f3c-9d2b-4e8f-a1c7-0b3d5e7f9a11::0',
+                                   'GPU-4a5e1f3c-9d2b-4e8f-a1c7-0b3d5e7f9a11::1']),
+            (5, 'nvidia.com/gpu', ['GPU-7c8d9e0f-1a2b-4c3d-8e5f-6a7b8c9d0e22::0']),
+            (6, 'nvidia.com/mig-1g.10gb', mig)]
+    check(got == want, 'schema v3: allocations after the migration %r, expected %r' % (got, want))
+    last = max(r.t for r in node.kubelet.registrations)
+    node.start_grpcd()
+    node.kubelet.wait_registrations([RES_I915, RES_XE], since=last + 1e-6, timeout=10)
+    # The new grpcd may register twice (once more when the broker's resources reach it):
+    # a call on a channel the kubelet dropped is asked again, as the kubelet would.
+    deadline = time.monotonic() + 10
+    while True:
+        node.kubelet.wait_connected([RES_I915, RES_XE], timeout=10)
+        err = allocate(node, RES_I915, GPU_I915)
+        if err is None or err[0] != grpc.StatusCode.CANCELLED or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    check(err is None, 'schema v3: Allocate after the migration: %r' % (err,))
+    # Ids go on above the v3 file's AUTOINCREMENT sequence (7), whatever was released.
+    got = [(a[0], list(a[2])) for a in node.list_allocations() if a[1] == RES_I915 and a[2] == [GPU_I915]]
+    check(len(got) == 1 and got[0][0] > 7, 'schema v3: the allocation of %s after an Allocate: %r' % (GPU_I915, got))
+
+    # A newer broker's file: refused, kept.
+    node.daemons['broker'].stop()
+    c = sqlite3.connect(db_path(node))
+    c.execute('PRAGMA user_version = 5')
+    c.close()
+    with open(db_path(node), 'rb') as f:
+        before = f.read()
+    restart_broker(node)
+    err = allocate(node, RES_I915, GPU_I915)
+    check(err is not None and err[0] == grpc.StatusCode.UNAVAILABLE and 'tate database' in err[1],
+          'schema v5: Allocate answered %r' % (err,))
+    check('newer' in node.daemons['broker'].log_text(), 'schema v5: the refusal does not say "newer"')
+    with open(db_path(node), 'rb') as f:
+        check(f.read() == before, 'schema v5: the database file was modified')
+    node.daemons['broker'].stop()
+    clear_state(node)
+    restart_broker(node)
+
+
 def run(node):
     node.kubelet.wait_connected([RES_I915, RES_XE], timeout=10)
     corrupt(node)
+    schema_v3(node)
     full_disk(node)
 
 

@@ -17,11 +17,11 @@ int main(int argc, char **argv) {
         uint64_t id[2], last;
         StoreHolder h;
         StoreInventoryGpu gpus[2] = {
-                { .path = "/io/kgpu/Probe1/gpu/pci_0000_03_00_0", .id = "0000:03:00.0", .vendor = "intel",
+                { .path = "/io/kgpu/Probe1/gpu/_30000_3a03_3a00_2e0", .id = "0000:03:00.0", .vendor = "intel",
                   .driver = "i915", .card_node = "/dev/dri/card0", .render_node = "/dev/dri/renderD128",
                   .health_reason = "", .device_nodes = "/dev/dri/card0\n/dev/dri/renderD128", .numa_node = 0,
                   .device_id = 0x56a0, .healthy = true },
-                { .path = "/io/kgpu/Probe1/gpu/pci_0000_04_00_0", .id = "0000:04:00.0", .vendor = "intel",
+                { .path = "/io/kgpu/Probe1/gpu/_30000_3a04_3a00_2e0", .id = "0000:04:00.0", .vendor = "intel",
                   .driver = "xe", .card_node = "/dev/dri/card1", .render_node = "/dev/dri/renderD129",
                   .health_reason = "", .device_nodes = NULL, .numa_node = -1, .device_id = 0xe20b, .healthy = true },
         };

@@ -135,9 +135,9 @@ static const char v3_allocations[] =
         "6 nvidia.com/mig-1g.10gb MIG-0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0,MIG-1f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0,"
         "MIG-2f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0 1764200006000000 " BOOT " -\n";
 static const char v3_inventory[] =
-        "/io/kgpu/Probe1/gpu/pci_0000_03_00_0 0000:03:00.0 intel i915 /dev/dri/card0 /dev/dri/renderD128 "
+        "/io/kgpu/Probe1/gpu/_30000_3a03_3a00_2e0 0000:03:00.0 intel i915 /dev/dri/card0 /dev/dri/renderD128 "
         "[/dev/dri/card0\n/dev/dri/renderD128] 0 56a0 1\n"
-        "/io/kgpu/Probe1/gpu/pci_0000_04_00_0 0000:04:00.0 intel xe /dev/dri/card1 /dev/dri/renderD129 [-] -1 e20b 1\n";
+        "/io/kgpu/Probe1/gpu/_30000_3a04_3a00_2e0 0000:04:00.0 intel xe /dev/dri/card1 /dev/dri/renderD129 [-] -1 e20b 1\n";
 
 static void check_v3_content(Store *s) {
         Dump d = {}, inv = {};
