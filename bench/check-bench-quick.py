@@ -156,6 +156,16 @@ def main():
     law = res['law_build'].get('4096')
     if not law or law['bytes'] < 4096 * len('0000:18:00.0-0'):
         fail('ListAndWatch build for 4096 devices: %r' % law)
+    sp = res.get('store_pages')
+    if not sp or not sp.get('sizes'):
+        fail('no state database commit rows (kgpu-bench-store)')
+    for n, r in sp['sizes'].items():
+        for case in ('allocate', 'supersede', 'release', 'holder'):
+            c = r.get(case)
+            if not c or c['rounds'] <= 0 or not 1 <= c['frames_p50'] <= c['frames_max']:
+                fail('store pages, %s stored, %s: %r' % (n, case, c))
+    if text is not None and 'pages written per commit' not in text:
+        fail('the report has no state database commit rows')
     big = res['scale'].get('64x64')
     if not big or big['ids'] != 4096 or big['law_bytes'] < 4096 * len('0000:18:00.0-0'):
         fail('64x64 row: %r' % big)

@@ -41,6 +41,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -488,6 +489,23 @@ def law_build(build_root, sizes, rounds):
     return json.loads(r.stdout)
 
 
+def store_pages(build_root, sizes, quick):
+    """Pages (WAL frames) one commit of the broker's store writes, and its CPU and wall
+    time, for an Allocate, a superseding Allocate, a Reconcile release and a holder, with
+    `sizes` allocations stored: kgpu-bench-store in process, in a directory under /tmp
+    (the file system of the nodes' state directories here)."""
+    exe = os.path.join(build_root, 'bench', 'kgpu-bench-store')
+    if not os.access(exe, os.X_OK):
+        return None
+    d = tempfile.mkdtemp(prefix='kgpu-bench-store-')
+    try:
+        r = subprocess.run([exe] + (['--quick'] if quick else []) + [d] + [str(s) for s in sizes],
+                           stdout=subprocess.PIPE, check=True, timeout=600)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    return json.loads(r.stdout)
+
+
 # --- report -------------------------------------------------------------------------------
 def targets(res):
     """The issue's table: (metric, measured text, target text, met or None)."""
@@ -626,6 +644,18 @@ def print_report(res):
                 key, r['gpus'], r['shares'], r['ids'], r['preload'], r['pods'], r['allocate']['p50_ms'],
                 r['allocate']['p99_ms'], acpu, pref, r['hotplug_remove']['p99_ms'], r['law_bytes'], r['rss_kb']))
         print('(cpu: broker + grpcd CPU ms per call, from /proc/PID/stat over all calls)')
+    sp = res.get('store_pages')
+    if sp:
+        print()
+        print('state database commits (kgpu-bench-store, schema v%d, %d rounds): pages written per commit '
+              '(WAL frames: mean / p50 / max), CPU and wall p50 / p99 in ms:' % (sp['schema_version'], sp['rounds']))
+        for n in sorted(sp['sizes'], key=int):
+            for case in ('allocate', 'supersede', 'release', 'holder'):
+                c = sp['sizes'][n][case]
+                print('  %6s stored, %-10s pages %5.2f / %d / %2d   CPU %.3f / %.3f   wall %.3f / %.3f' % (
+                    n, case, c['frames_mean'], c['frames_p50'], c['frames_max'], c['cpu_p50_us'] / 1000,
+                    c['cpu_p99_us'] / 1000, c['wall_p50_us'] / 1000, c['wall_p99_us'] / 1000))
+            print('  %6s stored, open (read all into memory) %.1f ms' % (n, sp['sizes'][n]['open_ms']))
     lb = res.get('law_build')
     if lb:
         print()
@@ -685,6 +715,7 @@ def main():
             res['policies'] = bench_policies(build_root, calls)
         res['law_build'] = law_build(build_root, (8, 1024, 4096) if q else (8, 64, 512, 1024, 2048, 4096),
                                      20 if q else 200)
+        res['store_pages'] = store_pages(build_root, (200,) if q else (1000, 16384), q)
         if not args.no_scale:
             sizes = [('8x1', 'eight-gpus', 8, 1, 0, 0), ('64x64', 'sixty-four-gpus', 64, 64, 0, 0)]
             if not q:
