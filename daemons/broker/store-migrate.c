@@ -43,10 +43,17 @@ static const char schema_v4_create[] =
         "SELECT id, resource, created_usec, boot_id, '', pod_namespace, pod_name, container_name, seen_usec "
         "FROM allocations ORDER BY id;";
 
-static const char schema_v4_finish[] =
+/* The id high-water mark: AUTOINCREMENT's sequence (every v3 file has the table; one
+ * edited by hand may not, then the largest id left is all there is). */
+static const char schema_v4_reserve[] =
         "INSERT OR REPLACE INTO meta (key, value) VALUES ('id_reserved', CAST(max("
         "  coalesce((SELECT CAST(seq AS INTEGER) FROM sqlite_sequence WHERE name = 'allocations'), 0),"
-        "  coalesce((SELECT max(id) FROM allocations), 0), 0) AS TEXT));"
+        "  coalesce((SELECT max(id) FROM allocations), 0), 0) AS TEXT));";
+static const char schema_v4_reserve_no_sequence[] =
+        "INSERT OR REPLACE INTO meta (key, value) VALUES ('id_reserved', CAST(max("
+        "  coalesce((SELECT max(id) FROM allocations), 0), 0) AS TEXT));";
+
+static const char schema_v4_finish[] =
         "DROP TABLE allocation_devices;"
         "DROP TABLE allocations;"
         "ALTER TABLE allocations_v4 RENAME TO allocations;";
@@ -139,6 +146,21 @@ finish:
         return r;
 }
 
+/* 1 if the file has AUTOINCREMENT's table, 0 if not. */
+static int has_sequence(sqlite3 *db) {
+        sqlite3_stmt *st = NULL;
+        int rc, r;
+
+        rc = sqlite3_prepare_v2(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
+                                "name = 'sqlite_sequence'", -1, &st, NULL);
+        if (rc != SQLITE_OK)
+                return store_sqlite_to_errno(rc) ?: -EIO;
+        rc = sqlite3_step(st);
+        r = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) > 0 : (store_sqlite_to_errno(rc) ?: -EIO);
+        sqlite3_finalize(st);
+        return r;
+}
+
 int store_migrate_v4(sqlite3 *db) {
         int r;
 
@@ -151,7 +173,11 @@ int store_migrate_v4(sqlite3 *db) {
         if (r < 0)
                 return r;
         step_done(2);
-        r = store_exec(db, schema_v4_finish);
+        r = has_sequence(db);
+        if (r >= 0)
+                r = store_exec(db, r > 0 ? schema_v4_reserve : schema_v4_reserve_no_sequence);
+        if (r >= 0)
+                r = store_exec(db, schema_v4_finish);
         if (r < 0)
                 return r;
         step_done(3);

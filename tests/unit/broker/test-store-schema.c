@@ -312,6 +312,50 @@ START_TEST(test_store_migration_killed_anytime) {
 }
 END_TEST
 
+/* v3 rows that v4 cannot hold as they are (an id with a line break, no device row, an id
+ * too long) are skipped at open with their reason, as v3 skipped all but the first; the
+ * others migrate; a file without AUTOINCREMENT's table (edited by hand) migrates too and
+ * ids go on above the largest. */
+START_TEST(test_store_migrates_hostile_v3) {
+        _cleanup_(store_freep) Store *s = NULL;
+        Dump d = {};
+        const char *first = NULL;
+        uint64_t id;
+
+        raw_exec("CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);"
+                 "CREATE TABLE allocations (id INTEGER PRIMARY KEY, resource TEXT NOT NULL,"
+                 "  created_usec INTEGER NOT NULL, boot_id TEXT NOT NULL, pod_namespace TEXT NOT NULL DEFAULT '',"
+                 "  pod_name TEXT NOT NULL DEFAULT '', container_name TEXT NOT NULL DEFAULT '',"
+                 "  seen_usec INTEGER NOT NULL DEFAULT 0);"
+                 "CREATE TABLE allocation_devices (allocation_id INTEGER NOT NULL, device_id TEXT NOT NULL,"
+                 "  UNIQUE (allocation_id, device_id));"
+                 "CREATE TABLE inventory (path TEXT PRIMARY KEY NOT NULL, id TEXT NOT NULL, vendor TEXT NOT NULL,"
+                 "  driver TEXT NOT NULL, card_node TEXT NOT NULL, render_node TEXT NOT NULL,"
+                 "  health_reason TEXT NOT NULL, device_nodes TEXT, by_path_nodes TEXT, numa_node INTEGER NOT NULL,"
+                 "  device_id INTEGER NOT NULL, healthy INTEGER NOT NULL);"
+                 "INSERT INTO allocations (id, resource, created_usec, boot_id) VALUES (2, 'r', 1, 'b'), (3, 'r', 1, 'b'),"
+                 "  (4, 'r', 1, 'b'), (5, 'r', 1, 'b'), (9, 'r', 1, 'b');"
+                 "INSERT INTO allocation_devices VALUES (2, 'a'), (3, 'x' || char(10) || 'y'), (3, 'z'),"
+                 "  (5, printf('%.300c', 'l')), (9, 'c'), (9, 'b');"
+                 "PRAGMA user_version = 3;");
+        s = open_ok("b");
+        ck_assert_int_eq(store_foreach_allocation(s, 0, dump_cb, &d), 2);
+        ck_assert_str_eq(d.text, "2 r a 1 b -\n9 r c,b 1 b -\n");
+        ck_assert_uint_eq(store_get_skipped_rows(s, &first), 3);
+        ck_assert_str_eq(first, "allocation row 3: no device ids");
+        {
+                char *c[] = { (char *) "c", NULL };
+                char **rc[] = { c };
+
+                ck_assert_int_eq(store_allocate(s, "r", rc, 1, 2, &id, NULL, NULL), 0);
+                ck_assert_uint_gt(id, 9);
+        }
+        s = store_free(s);
+        /* Kept in the file as they were migrated, never deleted. */
+        ck_assert_int_eq(raw_int("SELECT count(*) FROM allocations WHERE id IN (3, 4, 5)"), 3);
+}
+END_TEST
+
 /* Frames (pages) the next commit writes: the WAL is checkpointed first, so its length
  * after the commit is that commit's. */
 static void checkpoint(Store *s) {
@@ -399,6 +443,7 @@ static Suite *store_schema_suite(void) {
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_store_migrates_v3);
         tcase_add_test(tc, test_store_migration_killed_at_each_step);
+        tcase_add_test(tc, test_store_migrates_hostile_v3);
         tcase_add_test(tc, test_store_migration_killed_anytime);
         tcase_add_test(tc, test_store_pages_per_commit);
         suite_add_tcase(s, tc);
