@@ -159,11 +159,11 @@ def main():
     sp = res.get('store_pages')
     if not sp or not sp.get('sizes'):
         fail('no state database commit rows (kgpu-bench-store)')
-    for n, r in sp['sizes'].items():
+    for size, r in sp['sizes'].items():
         for case in ('allocate', 'supersede', 'release', 'holder'):
             c = r.get(case)
             if not c or c['rounds'] <= 0 or not 1 <= c['frames_p50'] <= c['frames_max']:
-                fail('store pages, %s stored, %s: %r' % (n, case, c))
+                fail('store pages, %s stored, %s: %r' % (size, case, c))
     if text is not None and 'pages written per commit' not in text:
         fail('the report has no state database commit rows')
     big = res['scale'].get('64x64')
