@@ -43,6 +43,12 @@ typedef struct Manager {
         sd_event_source *list_resources_retry;  /* after a failed ListResources */
         bool broker_present;
         bool broker_wait_logged;
+        /* The direct connection to the broker's peer socket (broker-peer.c). */
+        sd_bus *broker_peer;            /* NULL: none, calls go over the bus */
+        sd_bus *broker_peer_old;        /* retired, answering its pending calls */
+        sd_event_source *broker_peer_close;     /* frees a closed one */
+        sd_event_source *broker_peer_retry;     /* connects again after the broker shed us */
+        bool broker_peer_fallback_logged;
 
         /* Plugins, one per resource, in the broker's order. */
         Plugin **plugins;

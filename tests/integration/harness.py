@@ -359,6 +359,10 @@ class Node:
         return p
 
     @property
+    def broker_socket(self):
+        return os.path.join(self.tmp, 'run', 'broker', 'bus.sock')
+
+    @property
     def bus_address(self):
         return 'unix:path=' + os.path.join(self.tmp, 'bus')
 
@@ -526,6 +530,8 @@ class Node:
             'KGPU_LOG_LEVEL': 'debug',
             'KGPU_LOG_TARGET': 'stderr',
             'KGPU_CONFIG': getattr(self, 'config_file', ''),
+            # The broker's peer socket (grpcd's direct connection), in its runtime directory.
+            'KGPU_BROKER_SOCKET': self.broker_socket if self.tmp else '',
         }
         for k in ('ASAN_OPTIONS', 'UBSAN_OPTIONS', 'LSAN_OPTIONS', 'MALLOC_PERTURB_'):
             if k in os.environ:
