@@ -69,6 +69,7 @@ typedef struct Manager {
         sd_id128_t peer_server_id;
         sd_event_source *peer_source;
         sd_event_source *peer_collect;  /* frees closed peers */
+        sd_event_source *peer_post;     /* processes what came with an authentication */
         struct BrokerPeer *peers[32];   /* PEER_MAX */
         size_t n_peers;
         uint64_t peer_calls;            /* method calls dispatched on peer connections */

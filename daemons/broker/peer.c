@@ -146,6 +146,38 @@ static int on_peer_message(sd_bus_message *msg, void *userdata, sd_bus_error *re
         return 0;
 }
 
+/* sd-bus reads the authentication lines in blocks, so a client that sends its first
+ * call right after BEGIN (libdbus does) may have it read along with BEGIN; nothing wakes
+ * the loop for it then. Once a connection is authenticated, its buffered input is
+ * processed from here (after the event that finished the authentication). */
+static int on_peer_post(sd_event_source *s, void *userdata) {
+        Manager *m = userdata;
+        bool pending = false;
+
+        for (size_t i = 0; i < m->n_peers; i++) {
+                BrokerPeer *p = m->peers[i];
+                int r = 0;
+
+                if (p->dead || p->running)
+                        continue;
+                if (sd_bus_is_ready(p->bus) <= 0) {
+                        pending = true;
+                        continue;
+                }
+                p->running = true;
+                for (unsigned k = 0; k < 256 && !p->dead; k++) {
+                        r = sd_bus_process(p->bus, NULL);
+                        if (r <= 0)
+                                break;
+                }
+                if (r < 0)
+                        peer_drop(p, strerror(-r));
+        }
+        if (!pending)
+                (void) sd_event_source_set_enabled(s, SD_EVENT_OFF);
+        return 0;
+}
+
 static size_t peers_of_uid(Manager *m, uid_t uid) {
         size_t n = 0;
 
@@ -193,6 +225,13 @@ static int peer_add(Manager *m, int fd, const struct ucred *uc) {
         }
         p->bus = TAKE_PTR(bus);
         m->peers[m->n_peers++] = p;
+        if (!m->peer_post) {
+                r = sd_event_add_post(m->event, &m->peer_post, on_peer_post, m);
+                if (r < 0)
+                        return log_debug_errno(r, "Failed to watch peer authentications: %m"), 0;
+                (void) sd_event_source_set_description(m->peer_post, "peer-post");
+        }
+        (void) sd_event_source_set_enabled(m->peer_post, SD_EVENT_ON);
         return 0;
 }
 
@@ -328,6 +367,7 @@ void broker_peer_stop(Manager *m) {
                 peer_free(m->peers[i]);
         m->n_peers = 0;
         m->peer_collect = sd_event_source_disable_unref(m->peer_collect);
+        m->peer_post = sd_event_source_disable_unref(m->peer_post);
         m->peer_source = sd_event_source_disable_unref(m->peer_source);
         if (m->peer_fd >= 0) {
                 /* Only our own socket: a broker started meanwhile may have bound a new one. */

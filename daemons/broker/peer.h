@@ -41,6 +41,7 @@ typedef struct BrokerPeer {
         pid_t pid;
         uint64_t calls;         /* method calls dispatched */
         bool dead;              /* closed, freed by the next run of the collector */
+        bool running;           /* authenticated, its buffered input processed */
         bool refusal_logged;
 } BrokerPeer;
 
