@@ -4,6 +4,8 @@
  */
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -290,6 +292,41 @@ static int remove_stale_socket(const char *path) {
         return unlink(path) < 0 ? -errno : 0;
 }
 
+bool broker_peer_uid_mapped(const char *uid_map, uid_t uid) {
+        /* Lines "inside outside count"; the uids this process sees are the inside ones. */
+        for (const char *l = uid_map; l && *l; ) {
+                unsigned long inside, outside, count;
+
+                if (sscanf(l, "%lu %lu %lu", &inside, &outside, &count) == 3 &&
+                    uid >= inside && uid - inside < count)
+                        return true;
+                l = strchr(l, '\n');
+                if (l)
+                        l++;
+        }
+        return false;
+}
+
+/* Under a user namespace that does not map grpc.user (systemd's PrivateUsers=), the
+ * kernel reports its connections as uid 65534: no peer could be told from another. */
+static bool grpc_uid_visible(Manager *m) {
+        char map[4096];
+        ssize_t n;
+        int fd;
+
+        if (m->grpc_uid == (uid_t) -1)
+                return true;    /* no such user: only root and the broker's own uid use the socket */
+        fd = open("/proc/self/uid_map", O_RDONLY|O_CLOEXEC);
+        if (fd < 0)
+                return true;    /* no /proc: no namespace to worry about */
+        n = read(fd, map, sizeof(map) - 1);     /* at most 340 lines, each well under 4096 bytes */
+        close(fd);
+        if (n < 0)
+                return true;
+        map[n] = 0;
+        return broker_peer_uid_mapped(map, m->grpc_uid);
+}
+
 int broker_peer_listen(Manager *m) {
         const char *path = m->config->broker_socket;
         _cleanup_free_ char *dir = NULL;
@@ -308,6 +345,12 @@ int broker_peer_listen(Manager *m) {
         }
         strcpy(sa.sun_path, path);
 
+        if (!grpc_uid_visible(m)) {
+                log_warning("The uid of %s (%u) is not mapped in the broker's user namespace (PrivateUsers= in "
+                            "its unit?): peer connections could not be told apart, serving the system bus only.",
+                            m->config->grpc_user, (unsigned) m->grpc_uid);
+                return 0;
+        }
         r = sd_id128_randomize(&m->peer_server_id);
         if (r < 0)
                 return log_warning_errno(r, "Failed to make a server id, serving the system bus only: %m"), 0;

@@ -18,7 +18,9 @@
  * method checks again (broker_dbus_check_caller()). Bounds: PEER_MAX connections,
  * PEER_PER_UID_MAX per uid; a peer with PEER_WQUEUE_MAX messages waiting to be written
  * (it does not read) is closed; a closed connection is freed from the event loop.
- * Failure to listen is logged and leaves the broker on the bus alone (returns 0).
+ * Failure to listen is logged and leaves the broker on the bus alone (returns 0); so
+ * does a user namespace that does not map grpc.user's uid (its peers would all read as
+ * 65534).
  */
 #pragma once
 
@@ -50,5 +52,8 @@ int broker_peer_listen(Manager *m);
 void broker_peer_stop(Manager *m);
 /* The uid of the peer on bus; -ENXIO if bus is no peer connection. */
 int broker_peer_uid(Manager *m, sd_bus *bus, uid_t *ret);
+/* Whether uid is mapped by a /proc/PID/uid_map text (for the check that grpc.user's uid
+ * is visible to the broker: PrivateUsers= would make every peer uid 65534). */
+bool broker_peer_uid_mapped(const char *uid_map, uid_t uid);
 /* After a send to p (r its result): a failed send or a full queue closes p. Returns r. */
 int broker_peer_check_sent(BrokerPeer *p, int r);

@@ -25,8 +25,10 @@ bool broker_peer_is(Manager *m, sd_bus *bus) {
 }
 
 sd_bus *broker_client_bus(Manager *m) {
-        if (m->broker_peer && sd_bus_is_ready(m->broker_peer) > 0)
+        if (m->broker_peer && !m->broker_peer_done && sd_bus_is_ready(m->broker_peer) > 0) {
+                m->broker_peer_up = true;
                 return m->broker_peer;
+        }
         return m->bus;
 }
 
@@ -55,16 +57,37 @@ static sd_bus *peer_free(sd_bus *bus) {
         return NULL;
 }
 
+/* Frees the retired connections whose end sd-bus has processed: the calls pending on
+ * them were answered (with an error) before their Disconnected came. */
+static void retired_collect(Manager *m) {
+        size_t j = 0;
+
+        for (size_t i = 0; i < m->n_broker_peer_retired; i++) {
+                if (m->broker_peer_retired_done[i])
+                        peer_free(m->broker_peer_retired[i]);
+                else {
+                        m->broker_peer_retired[j] = m->broker_peer_retired[i];
+                        m->broker_peer_retired_done[j++] = false;
+                }
+        }
+        m->n_broker_peer_retired = j;
+}
+
 static int on_peer_close(sd_event_source *s, void *userdata) {
         Manager *m = userdata;
         int r;
 
         m->broker_peer_close = sd_event_source_disable_unref(m->broker_peer_close);
-        if (m->broker_peer_old && sd_bus_is_open(m->broker_peer_old) <= 0)
-                m->broker_peer_old = peer_free(m->broker_peer_old);
-        if (!m->broker_peer || sd_bus_is_open(m->broker_peer) > 0)
+        retired_collect(m);
+        if (!m->broker_peer || !m->broker_peer_done)
                 return 0;
         m->broker_peer = peer_free(m->broker_peer);
+        if (!m->broker_peer_up) {
+                /* Refused before it was ever used (the broker does not take this uid):
+                 * the bus until the next broker. */
+                peer_fallback(m, ECONNREFUSED);
+                return 0;
+        }
         /* Closed by a broker that is still there (it restarted and the new owner is not
          * announced yet, or it shed us): ask again a little later. */
         if (m->broker_present && !m->broker_peer_retry) {
@@ -78,10 +101,18 @@ static int on_peer_close(sd_event_source *s, void *userdata) {
 
 static int on_peer_message(sd_bus_message *msg, void *userdata, sd_bus_error *ret_error) {
         Manager *m = userdata;
+        sd_bus *bus = sd_bus_message_get_bus(msg);
         int r;
 
         if (sd_bus_message_is_signal(msg, "org.freedesktop.DBus.Local", "Disconnected")) {
-                log_debug("The broker's peer connection closed; calling it over the system bus meanwhile.");
+                /* sd-bus has failed every call pending on it by now: it may go. */
+                if (bus == m->broker_peer) {
+                        log_debug("The broker's peer connection closed; calling it over the system bus meanwhile.");
+                        m->broker_peer_done = true;
+                }
+                for (size_t i = 0; i < m->n_broker_peer_retired; i++)
+                        if (m->broker_peer_retired[i] == bus)
+                                m->broker_peer_retired_done[i] = true;
                 /* Not from inside the connection's own callback. */
                 if (!m->broker_peer_close) {
                         r = sd_event_add_defer(m->event, &m->broker_peer_close, on_peer_close, m);
@@ -90,7 +121,7 @@ static int on_peer_message(sd_bus_message *msg, void *userdata, sd_bus_error *re
                 }
                 return 1;
         }
-        if (sd_bus_message_is_signal(msg, KGPU_BROKER_INTERFACE, "ResourcesChanged") &&
+        if (bus == m->broker_peer && sd_bus_message_is_signal(msg, KGPU_BROKER_INTERFACE, "ResourcesChanged") &&
             streq_ptr(sd_bus_message_get_path(msg), KGPU_BROKER_PATH))
                 return broker_client_on_resources_changed(msg, m, ret_error), 1;
         return 0;
@@ -101,17 +132,33 @@ void broker_peer_close(Manager *m) {
         if (!m->broker_peer)
                 return;
         /* Retired, not closed: the calls pending on it are answered (with an error, when
-         * the broker died) as its end of file is read, which frees it (on_peer_close()). */
-        peer_free(m->broker_peer_old);
-        m->broker_peer_old = sd_bus_is_open(m->broker_peer) > 0 ? m->broker_peer : peer_free(m->broker_peer);
+         * the broker died) as sd-bus processes its end, which then frees it. */
+        if (m->broker_peer_done)
+                peer_free(m->broker_peer);
+        else {
+                if (m->n_broker_peer_retired >= ELEMENTSOF(m->broker_peer_retired)) {
+                        /* Four brokers gone before one end was read: unlikely; the oldest goes. */
+                        peer_free(m->broker_peer_retired[0]);
+                        memmove(m->broker_peer_retired, m->broker_peer_retired + 1,
+                                (m->n_broker_peer_retired - 1) * sizeof(sd_bus *));
+                        memmove(m->broker_peer_retired_done, m->broker_peer_retired_done + 1,
+                                (m->n_broker_peer_retired - 1) * sizeof(bool));
+                        m->n_broker_peer_retired--;
+                }
+                m->broker_peer_retired[m->n_broker_peer_retired] = m->broker_peer;
+                m->broker_peer_retired_done[m->n_broker_peer_retired++] = false;
+        }
         m->broker_peer = NULL;
+        m->broker_peer_done = false;
 }
 
 void broker_peer_free(Manager *m) {
         m->broker_peer_close = sd_event_source_disable_unref(m->broker_peer_close);
         m->broker_peer_retry = sd_event_source_disable_unref(m->broker_peer_retry);
         m->broker_peer = peer_free(m->broker_peer);
-        m->broker_peer_old = peer_free(m->broker_peer_old);
+        for (size_t i = 0; i < m->n_broker_peer_retired; i++)
+                peer_free(m->broker_peer_retired[i]);
+        m->n_broker_peer_retired = 0;
 }
 
 int broker_peer_connect(Manager *m) {
@@ -167,6 +214,7 @@ int broker_peer_connect(Manager *m) {
                 return 0;
         }
         m->broker_peer = TAKE_PTR(bus);
+        m->broker_peer_up = m->broker_peer_done = false;
         if (m->broker_peer_fallback_logged)
                 log_info("Calling io.kgpu.Broker1 over its peer socket %s again.", path);
         else

@@ -10,6 +10,7 @@
 #include "common/bus-names.h"
 #include "daemons/broker/access.h"
 #include "daemons/broker/manager.h"
+#include "daemons/broker/peer.h"
 #include "tests/unit/test-main.h"
 
 #define GRPC_UID 41000
@@ -82,12 +83,30 @@ START_TEST(test_access_allowed) {
 }
 END_TEST
 
+/* What PrivateUsers= makes of /proc/self/uid_map: root and the unit's own user. */
+START_TEST(test_access_uid_map) {
+        const char *initial = "         0          0 4294967295\n";
+        const char *private_users = "         0          0          1\n       995        995          1\n";
+
+        ck_assert(broker_peer_uid_mapped(initial, 999));
+        ck_assert(broker_peer_uid_mapped(private_users, 0));
+        ck_assert(broker_peer_uid_mapped(private_users, 995));
+        ck_assert(!broker_peer_uid_mapped(private_users, 999));
+        ck_assert(!broker_peer_uid_mapped(private_users, 996));
+        ck_assert(!broker_peer_uid_mapped("", 0));
+        ck_assert(!broker_peer_uid_mapped("garbage\n", 0));
+        ck_assert(broker_peer_uid_mapped("1000 0 10\n", 1009));
+        ck_assert(!broker_peer_uid_mapped("1000 0 10\n", 1010));
+}
+END_TEST
+
 static Suite *access_suite(void) {
         Suite *s = suite_create("access");
         TCase *tc = tcase_create("core");
 
         tcase_add_test(tc, test_access_callers);
         tcase_add_test(tc, test_access_allowed);
+        tcase_add_test(tc, test_access_uid_map);
         suite_add_tcase(s, tc);
         return s;
 }
