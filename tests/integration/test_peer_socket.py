@@ -13,7 +13,9 @@
 # kgpu may Allocate; a user with no role (nobody) is refused at accept while the bus still
 # answers its reads and denies its Allocate. Introspection of /io/kgpu/Broker1 over the
 # peer socket and over the bus both match dbus/io.kgpu.Broker1.xml. At most 8 peer
-# connections per uid; closed ones are freed (a ninth works after they close). A broker
+# connections per uid; closed ones are freed (a ninth works after they close); a peer
+# that pipelines calls and never reads is closed (64 answers waiting) while the broker
+# keeps answering grpcd. A broker
 # started with its socket elsewhere: grpcd says once that it uses the bus, every
 # kubelet call still works (the monitor now sees Allocate), and with the socket back
 # (broker restarted again) grpcd uses it again.
@@ -23,6 +25,7 @@ import os
 import pwd
 import socket
 import stat
+import struct
 import subprocess
 import threading
 import time
@@ -70,6 +73,18 @@ class Monitor:
     def stop(self):
         self.proc.terminate()
         self.proc.wait(timeout=5)
+
+
+def list_resources_call(serial):
+    """A Broker1.ListResources method call, marshalled by hand (little endian, no body)."""
+    fields = b''
+    for code, sig, val in ((1, b'o', harness.BROKER_PATH), (2, b's', harness.BROKER_BUS),
+                           (3, b's', 'ListResources')):
+        fields += b'\0' * (-(16 + len(fields)) % 8)
+        v = val.encode()
+        fields += bytes([code, 1]) + sig + b'\0' + struct.pack('<I', len(v)) + v + b'\0'
+    msg = struct.pack('<cBBBIII', b'l', 1, 0, 1, 0, serial, len(fields)) + fields
+    return msg + b'\0' * (-len(msg) % 8)
 
 
 def contract_members(xml_text):
@@ -183,6 +198,31 @@ def run(node):
             s.close()
         wait_for('closed peers freed', lambda: node.call_as('root', None, harness.BROKER_PATH, harness.BROKER_BUS,
                                                             'ListResources', address=peer)[0] == 'ok')
+
+        # A peer that sends and never reads is closed; the broker goes on serving.
+        slow = socket.socket(socket.AF_UNIX)
+        slow.connect(path)
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.settimeout(5)
+        slow.sendall(b'\0AUTH EXTERNAL\r\n')
+        check(slow.recv(64).startswith(b'DATA'), 'slow peer: no DATA')
+        slow.sendall(b'DATA\r\n')
+        check(slow.recv(64).startswith(b'OK '), 'slow peer: not authenticated')
+        slow.sendall(b'BEGIN\r\n' + b''.join(list_resources_call(i + 1) for i in range(64)))
+        slow.setblocking(False)
+        sent = 64
+        deadline = time.monotonic() + 30
+        closing = 'messages wait for it to read'
+        while closing not in node.daemons['broker'].log_text():
+            check(time.monotonic() < deadline, 'the broker kept a peer that does not read (%d calls sent)' % sent)
+            try:
+                slow.send(b''.join(list_resources_call(sent + i + 1) for i in range(64)))
+                sent += 64
+            except (BlockingIOError, BrokenPipeError, ConnectionResetError):
+                time.sleep(0.01)
+            c = cl.allocate([GPU_I915])     # the broker answers others meanwhile
+            check(len(c['devices']) == 2, 'Allocate beside a slow peer %r' % c)
+        slow.close()
 
         # The socket missing: grpcd falls back to the bus, and says so once.
         grpc_log = node.daemons['grpc'].log_text
