@@ -29,6 +29,9 @@
 
 #define PEER_BACKLOG 16
 
+_Static_assert(PEER_MAX == sizeof(((Manager *) NULL)->peers) / sizeof(BrokerPeer *),
+               "Manager.peers holds PEER_MAX connections");
+
 static const char *strna(const char *s) {
         return s ?: "n/a";
 }
@@ -203,6 +206,7 @@ static int peer_add(Manager *m, int fd, const struct ucred *uc) {
         if (r >= 0)
                 r = sd_bus_set_fd(bus, fd, fd);
         if (r < 0) {
+                close(fd);
                 free(p);
                 return r;
         }
@@ -272,7 +276,7 @@ static int on_peer_connect(sd_event_source *s, int fd, uint32_t revents, void *u
         if (r < 0) {
                 log_warning_errno(r, "Failed to set up the peer connection of uid %u, closing it: %m",
                                   (unsigned) uc.uid);
-                return 0;       /* cfd went with the bus, or is closed below */
+                return 0;       /* cfd was closed, alone or with the bus */
         }
         log_debug("Peer connection of uid %u (pid %d) accepted, %zu open.", (unsigned) uc.uid, (int) uc.pid,
                   m->n_peers);
