@@ -156,9 +156,11 @@ static int set_path(void *p, const ConfigOption *o, const char *value, const cha
                 return -EINVAL;
         }
         /* A path with a default cannot be unset, the daemon would run without it;
-         * except the generated files, where empty means "do not write". */
+         * except the generated files, where empty means "do not write", and the
+         * broker's peer socket, where it means "the system bus only". */
         if (isempty(value) && o->def &&
-            !streq(o->key, "labels.featureFile") && !streq(o->key, "cdi.specDirectory")) {
+            !streq(o->key, "labels.featureFile") && !streq(o->key, "cdi.specDirectory") &&
+            !streq(o->key, "broker.socket")) {
                 *ret_why = "expected an absolute path, not an empty value";
                 return -EINVAL;
         }

@@ -117,6 +117,8 @@ typedef struct Config {
         char *device_plugin_path;       /* kubelet.devicePluginPath, KGPU_DEVICE_PLUGIN_PATH, --device-plugin-path */
         char *kubelet_socket;           /* kubelet.socket; default: device_plugin_path/kubelet.sock */
         char *pod_resources_socket;     /* kubelet.podResourcesSocket, KGPU_POD_RESOURCES_SOCKET, --pod-resources-socket */
+        char *broker_socket;            /* broker.socket, KGPU_BROKER_SOCKET, --broker-socket: the broker's
+                                         * peer socket ("": none, the system bus only) */
 
         /* Users the daemons drop to when started as root. */
         char *grpc_user;                /* grpc.user, KGPU_GRPC_USER, --user (grpcd) */

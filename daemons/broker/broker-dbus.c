@@ -21,8 +21,10 @@
 #include "common/bus-names.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "daemons/broker/access.h"
 #include "daemons/broker/broker-dbus.h"
 #include "daemons/broker/manager.h"
+#include "daemons/broker/peer.h"
 #include "daemons/broker/reconcile.h"
 #include "daemons/broker/reload.h"
 #include "daemons/broker/policy.h"
@@ -102,16 +104,20 @@ static int read_resource(sd_bus_message *msg, const char **ret, sd_bus_error *er
 }
 
 static const char *strna_sender(sd_bus_message *msg) {
-        return sd_bus_message_get_sender(msg) ?: "n/a";
+        return sd_bus_message_get_sender(msg) ?: (sd_bus_message_get_bus(msg) != NULL ? "the peer socket" : "n/a");
 }
 
-/* The caller's uid as the bus daemon tells it, remembered per unique name. */
+/* The caller's uid: on the system bus as the bus daemon tells it, remembered per unique
+ * name; on a peer connection as the kernel told it at accept (peer.c). */
 static int caller_uid(Manager *m, sd_bus_message *msg, uid_t *ret) {
         _cleanup_(sd_bus_creds_unrefp) sd_bus_creds *creds = NULL;
         const char *sender = sd_bus_message_get_sender(msg);
         size_t n = sizeof(m->callers) / sizeof(m->callers[0]);
         uid_t uid = (uid_t) -1;
         int r;
+
+        if (sd_bus_message_get_bus(msg) != m->bus)
+                return broker_peer_uid(m, sd_bus_message_get_bus(msg), ret);
 
         for (size_t i = 0; sender && i < n; i++)
                 if (streq(m->callers[i].name, sender)) {
@@ -141,15 +147,12 @@ static int caller_uid(Manager *m, sd_bus_message *msg, uid_t *ret) {
 }
 
 int broker_dbus_check_caller(Manager *m, sd_bus_message *msg, const char *method, sd_bus_error *error) {
+        BrokerCallers callers = broker_access_callers(KGPU_BROKER_INTERFACE, method);
         uid_t uid = (uid_t) -1;
         int r;
 
         r = caller_uid(m, msg, &uid);
-
-        /* The broker's own uid is the same principal (it could just as well write the
-         * database): allowing it makes an unprivileged test setup work. */
-        if (r >= 0 && (uid == 0 || uid == geteuid() ||
-                       (m->grpc_uid != (uid_t) -1 && uid == m->grpc_uid)))
+        if (r >= 0 && broker_access_allowed(m, uid, callers))
                 return 0;
 
         if (r < 0)
@@ -157,9 +160,9 @@ int broker_dbus_check_caller(Manager *m, sd_bus_message *msg, const char *method
                                   strna_sender(msg));
         else
                 log_warning("Refusing %s from %s (uid %u): only root and %s may call it.", method,
-                            strna_sender(msg), (unsigned) uid, m->config->grpc_user);
+                            strna_sender(msg), (unsigned) uid, broker_access_user(m, callers));
         return sd_bus_error_setf(error, KGPU_ERROR_ACCESS_DENIED,
-                                 "%s is only allowed to root and user '%s'", method, m->config->grpc_user);
+                                 "%s is only allowed to root and user '%s'", method, broker_access_user(m, callers));
 }
 
 static int property_get_version(sd_bus *bus, const char *path, const char *interface,
@@ -651,31 +654,70 @@ const sd_bus_vtable broker_vtable[] = {
         SD_BUS_VTABLE_END,
 };
 
+int broker_dbus_register_on(Manager *m, sd_bus *bus) {
+        return sd_bus_add_object_vtable(bus, NULL, KGPU_BROKER_PATH, KGPU_BROKER_INTERFACE, broker_vtable, m);
+}
+
 int broker_dbus_register(Manager *m) {
         int r;
 
-        r = sd_bus_add_object_vtable(m->bus, NULL, KGPU_BROKER_PATH, KGPU_BROKER_INTERFACE, broker_vtable, m);
+        r = broker_dbus_register_on(m, m->bus);
         if (r < 0)
                 return log_error_errno(r, "Failed to register %s: %m", KGPU_BROKER_PATH);
         return 0;
 }
 
-int broker_dbus_emit_resources_changed(Manager *m, char * const *names) {
+static int emit_resources_changed(sd_bus *bus, char * const *names) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *sig = NULL;
-        _cleanup_free_ char *list = NULL;
         int r;
 
-        if (!m->bus || strv_length(names) == 0)
-                return 0;
-        r = sd_bus_message_new_signal(m->bus, &sig, KGPU_BROKER_PATH, KGPU_BROKER_INTERFACE, "ResourcesChanged");
+        r = sd_bus_message_new_signal(bus, &sig, KGPU_BROKER_PATH, KGPU_BROKER_INTERFACE, "ResourcesChanged");
         if (r >= 0)
                 r = sd_bus_message_append_strv(sig, (char **) names);
         if (r >= 0)
-                r = sd_bus_send(m->bus, sig, NULL);
-        if (r < 0)
-                return log_warning_errno(r, "Failed to emit ResourcesChanged: %m");
+                r = sd_bus_send(bus, sig, NULL);
+        return r;
+}
+
+int broker_dbus_emit_resources_changed(Manager *m, char * const *names) {
+        _cleanup_free_ char *list = NULL;
+        int r;
+
+        if (strv_length(names) == 0)
+                return 0;
+        if (m->bus) {
+                r = emit_resources_changed(m->bus, names);
+                if (r < 0)
+                        log_warning_errno(r, "Failed to emit ResourcesChanged: %m");
+        }
+        for (size_t i = m->n_peers; i > 0; i--) {
+                BrokerPeer *p = m->peers[i - 1];
+
+                r = emit_resources_changed(p->bus, names);
+                /* A peer that cannot take one more message is not reading: it goes. */
+                (void) broker_peer_check_sent(p, r);
+        }
         list = strv_join((char **) names, " ");
         log_debug("Emitted ResourcesChanged(%s).", list ?: "");
+        return 0;
+}
+
+int broker_dbus_emit_properties_changed(Manager *m, char **names) {
+        int r;
+
+        if (strv_length(names) == 0)
+                return 0;
+        if (m->bus) {
+                r = sd_bus_emit_properties_changed_strv(m->bus, KGPU_BROKER_PATH, KGPU_BROKER_INTERFACE, names);
+                if (r < 0)
+                        log_warning_errno(r, "Failed to emit PropertiesChanged: %m");
+        }
+        for (size_t i = m->n_peers; i > 0; i--) {
+                BrokerPeer *p = m->peers[i - 1];
+
+                r = sd_bus_emit_properties_changed_strv(p->bus, KGPU_BROKER_PATH, KGPU_BROKER_INTERFACE, names);
+                (void) broker_peer_check_sent(p, r);
+        }
         return 0;
 }
 

@@ -20,10 +20,21 @@ typedef struct Manager Manager;
 extern const sd_bus_vtable broker_vtable[];
 
 int broker_dbus_register(Manager *m);
-/* 0 if the sender may mutate (root, Config.grpc_user, the broker's own uid), else sets
- * io.kgpu.Error.AccessDenied in error and returns its negative errno; logs refusals. */
+/* Everything /io/kgpu/Broker1 serves (vtables, userdata m) on one connection: the system
+ * bus and each peer connection alike; no logging. */
+int broker_dbus_register_on(Manager *m, sd_bus *bus);
+/* 0 if the caller (on the bus or a peer connection) may call method, by the rule of
+ * access.h (Allocate, PreStartContainer, Reconcile, Reload: root, Config.grpc_user, the
+ * broker's own uid; SetNodeConfig, SetGasPods: root, Config.cluster_user, the broker's
+ * own uid), else sets io.kgpu.Error.AccessDenied in error and returns its negative
+ * errno; logs refusals. */
 int broker_dbus_check_caller(Manager *m, sd_bus_message *msg, const char *method, sd_bus_error *error);
-/* Emits ResourcesChanged(names) if names is not empty. */
+/* Emits ResourcesChanged(names), if names is not empty, on the bus and to every peer
+ * connection (peer.h). */
 int broker_dbus_emit_resources_changed(Manager *m, char * const *names);
+/* PropertiesChanged of /io/kgpu/Broker1's properties names, on the bus and to every peer
+ * connection: use it, not sd_bus_emit_properties_changed*() on m->bus, so that both
+ * transports carry the same signals. */
+int broker_dbus_emit_properties_changed(Manager *m, char **names);
 /* For --introspect. */
 int broker_dbus_introspect(void);

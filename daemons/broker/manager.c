@@ -31,6 +31,7 @@
 #include "daemons/broker/manager.h"
 #include "daemons/broker/inventory.h"
 #include "daemons/broker/mps-client.h"
+#include "daemons/broker/peer.h"
 #include "daemons/broker/probe-client.h"
 #include "daemons/broker/reload.h"
 
@@ -65,6 +66,8 @@ int manager_new(Config *config, Manager **ret) {
         m->config = TAKE_PTR(c);
         m->start_time = now_usec(CLOCK_REALTIME);
         m->grpc_uid = (uid_t) -1;
+        m->cluster_uid = (uid_t) -1;
+        m->peer_fd = -EBADF;
 
         r = sd_event_default(&m->event);
         if (r < 0)
@@ -94,6 +97,12 @@ int manager_new(Config *config, Manager **ret) {
                         m->grpc_uid = pw->pw_uid;
         }
 
+        if (!isempty(m->config->cluster_user)) {
+                pw = getpwnam(m->config->cluster_user);
+                if (pw)
+                        m->cluster_uid = pw->pw_uid;
+        }
+
         *ret = TAKE_PTR(m);
         return 0;
 }
@@ -102,6 +111,7 @@ Manager *manager_free(Manager *m) {
         if (!m)
                 return NULL;
         probe_client_stop(m);
+        broker_peer_stop(m);
         sd_event_source_disable_unref(m->checkpoint_source);
         sd_bus_flush_close_unref(m->bus);
         mps_client_free(m->mps);
@@ -219,7 +229,8 @@ static void manager_open_store(Manager *m) {
 }
 
 int manager_start(Manager *m) {
-        int r;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        int owned = 0, r;
 
         manager_open_store(m);
         (void) inventory_load(m);
@@ -232,6 +243,20 @@ int manager_start(Manager *m) {
         if (r < 0)
                 return r;
         r = probe_client_start(m);
+        if (r < 0)
+                return r;
+
+        /* Before the name: whoever sees the broker appear finds the socket ready. A
+         * second broker must not take the socket of a running one, so it stops first. */
+        r = sd_bus_call_method(m->bus, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+                               "NameHasOwner", NULL, &reply, "s", KGPU_BROKER_BUS_NAME);
+        if (r >= 0)
+                r = sd_bus_message_read(reply, "b", &owned);
+        if (r >= 0 && owned) {
+                log_error("Bus name %s is taken (another broker running?).", KGPU_BROKER_BUS_NAME);
+                return -EEXIST;
+        }
+        r = broker_peer_listen(m);
         if (r < 0)
                 return r;
 

@@ -19,6 +19,7 @@
 
 #include <systemd/sd-bus.h>
 #include <systemd/sd-event.h>
+#include <systemd/sd-id128.h>
 
 #include "common/cleanup.h"
 #include "common/config.h"
@@ -42,6 +43,7 @@ typedef struct Manager {
         uint64_t start_time;            /* CLOCK_REALTIME usec */
         char *boot_id;                  /* "" if unknown */
         uid_t grpc_uid;                 /* (uid_t) -1 if Config.grpc_user does not exist */
+        uid_t cluster_uid;              /* (uid_t) -1 if Config.cluster_user does not exist */
         /* The uids of the last callers by unique bus name (broker-dbus.c): the bus never
          * gives a unique name to a second connection, so an answer stays true, and
          * Allocate does not wait for a GetConnectionCredentials round trip each time. */
@@ -58,6 +60,19 @@ typedef struct Manager {
         sd_bus_slot *probe_match_properties;
         sd_bus_slot *probe_sync_slot;   /* pending GetManagedObjects */
         bool probe_synced;              /* a GetManagedObjects reply was applied */
+
+        /* The peer socket (peer.c): direct connections, no bus daemon in between. */
+        int peer_fd;                    /* listening, -EBADF: none */
+        char *peer_path;
+        dev_t peer_dev;                 /* of the socket bound at peer_path */
+        ino_t peer_ino;
+        sd_id128_t peer_server_id;
+        sd_event_source *peer_source;
+        sd_event_source *peer_collect;  /* frees closed peers */
+        sd_event_source *peer_post;     /* processes what came with an authentication */
+        struct BrokerPeer *peers[32];   /* PEER_MAX */
+        size_t n_peers;
+        uint64_t peer_calls;            /* method calls dispatched on peer connections */
 
         struct MpsClient *mps;          /* SetMps calls sent to the probe (mps-client.c) */
         char *problem;                  /* last resources_problem() logged */

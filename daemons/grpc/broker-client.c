@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemons/grpc/broker-client.h"
+#include "daemons/grpc/broker-peer.h"
 #include "daemons/grpc/convert.h"
 #include "daemons/grpc/gate.h"
 #include "daemons/grpc/podresources.h"
@@ -32,8 +33,11 @@ static int broker_new_call(Manager *m, const char *member, sd_bus_message **ret)
         sd_bus_message *req = NULL;
         int r;
 
-        r = sd_bus_message_new_method_call(m->bus, &req, KGPU_BROKER_BUS_NAME, KGPU_BROKER_PATH,
-                                           KGPU_BROKER_INTERFACE, member);
+        sd_bus *bus = broker_client_bus(m);
+
+        /* On the peer connection there is no bus daemon and no name: no destination. */
+        r = sd_bus_message_new_method_call(bus, &req, broker_peer_is(m, bus) ? NULL : KGPU_BROKER_BUS_NAME,
+                                           KGPU_BROKER_PATH, KGPU_BROKER_INTERFACE, member);
         if (r < 0)
                 return r;
         /* Never activate the broker from here: its absence must be answered at once. */
@@ -167,7 +171,7 @@ static int broker_list_resources(Manager *m) {
         r = broker_new_call(m, "ListResources", &req);
         if (r < 0)
                 return r;
-        return sd_bus_call_async(m->bus, &m->list_resources_slot, req, on_list_resources_reply, m,
+        return sd_bus_call_async(sd_bus_message_get_bus(req), &m->list_resources_slot, req, on_list_resources_reply, m,
                                  broker_timeout_usec(m));
 }
 
@@ -183,6 +187,8 @@ static void broker_set_present(Manager *m, bool present) {
                         log_info("%s is on the bus.", KGPU_BROKER_BUS_NAME);
                 m->broker_present = true;
                 m->broker_wait_logged = false;
+                /* A new owner is a new broker, with a new socket. */
+                (void) broker_peer_connect(m);
                 /* Reconcile whenever a broker appears: a new one may hold stale records. */
                 if (m->pod_resources)
                         (void) pod_resources_sync(m->pod_resources, NULL, NULL);
@@ -193,6 +199,7 @@ static void broker_set_present(Manager *m, bool present) {
         }
 
         m->broker_present = false;
+        broker_peer_close(m);
         m->list_resources_slot = sd_bus_slot_unref(m->list_resources_slot);
         m->list_resources_retry = sd_event_source_disable_unref(m->list_resources_retry);
         if (!m->broker_wait_logged) {
@@ -237,7 +244,7 @@ static int on_get_name_owner_reply(sd_bus_message *reply, void *userdata, sd_bus
         return 0;
 }
 
-static int on_resources_changed(sd_bus_message *msg, void *userdata, sd_bus_error *ret_error) {
+int broker_client_on_resources_changed(sd_bus_message *msg, void *userdata, sd_bus_error *ret_error) {
         Manager *m = userdata;
         bool unknown = false;
         unsigned n = 0;
@@ -278,6 +285,15 @@ relist:
         return 0;
 }
 
+/* The bus's copy; the peer connection carries the same signal (broker-peer.h). */
+static int on_bus_resources_changed(sd_bus_message *msg, void *userdata, sd_bus_error *ret_error) {
+        Manager *m = userdata;
+
+        if (broker_peer_is(m, broker_client_bus(m)))
+                return 0;
+        return broker_client_on_resources_changed(msg, userdata, ret_error);
+}
+
 int broker_client_start(Manager *m) {
         int r;
 
@@ -294,7 +310,7 @@ int broker_client_start(Manager *m) {
 
         r = sd_bus_match_signal_async(m->bus, &m->resources_changed_slot, KGPU_BROKER_BUS_NAME,
                                       KGPU_BROKER_PATH, KGPU_BROKER_INTERFACE, "ResourcesChanged",
-                                      on_resources_changed, NULL, m);
+                                      on_bus_resources_changed, NULL, m);
         if (r < 0)
                 return r;
 
@@ -306,6 +322,7 @@ int broker_client_start(Manager *m) {
 }
 
 void broker_client_stop(Manager *m) {
+        broker_peer_free(m);
         m->name_owner_slot = sd_bus_slot_unref(m->name_owner_slot);
         m->resources_changed_slot = sd_bus_slot_unref(m->resources_changed_slot);
         m->get_name_owner_slot = sd_bus_slot_unref(m->get_name_owner_slot);
@@ -409,7 +426,7 @@ int broker_client_get_devices(Plugin *p) {
         r = sd_bus_message_append(req, "s", p->resource);
         if (r < 0)
                 return r;
-        return sd_bus_call_async(m->bus, &p->get_devices_slot, req, on_get_devices_reply, p,
+        return sd_bus_call_async(sd_bus_message_get_bus(req), &p->get_devices_slot, req, on_get_devices_reply, p,
                                  broker_timeout_usec(m));
 }
 
@@ -689,7 +706,7 @@ static int forward_send(Manager *m, sd_bus_message *req, Forward *f) {
                 forward_free(f);
                 return r;
         }
-        r = sd_bus_call_async(m->bus, &slot, req, on_forward_reply, f, broker_timeout_usec(m));
+        r = sd_bus_call_async(sd_bus_message_get_bus(req), &slot, req, on_forward_reply, f, broker_timeout_usec(m));
         if (r < 0) {
                 forward_free(f);
                 log_debug_errno(r, "Failed to call io.kgpu.Broker1.%s: %m", forward_member[kind]);

@@ -43,6 +43,16 @@ typedef struct Manager {
         sd_event_source *list_resources_retry;  /* after a failed ListResources */
         bool broker_present;
         bool broker_wait_logged;
+        /* The direct connection to the broker's peer socket (broker-peer.c). */
+        sd_bus *broker_peer;            /* NULL: none, calls go over the bus */
+        bool broker_peer_done;          /* its Disconnected came: calls on it were failed */
+        sd_bus *broker_peer_retired[4]; /* no longer used, until their Disconnected comes */
+        bool broker_peer_retired_done[4];
+        size_t n_broker_peer_retired;
+        sd_event_source *broker_peer_close;     /* frees a closed one */
+        sd_event_source *broker_peer_retry;     /* connects again after the broker shed us */
+        bool broker_peer_fallback_logged;
+        bool broker_peer_up;            /* the current one authenticated and was used */
 
         /* Plugins, one per resource, in the broker's order. */
         Plugin **plugins;

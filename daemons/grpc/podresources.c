@@ -18,6 +18,7 @@
 #include <systemd/sd-event.h>
 
 #include "common/bus-names.h"
+#include "daemons/grpc/broker-peer.h"
 #include "grpc/grpc-h2.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -121,8 +122,10 @@ static int build_reconcile(PodResourcesClient *c, const V1__ListPodResourcesResp
         size_t n_containers = 0, n_ids = 0;
         int r;
 
-        r = sd_bus_message_new_method_call(m->bus, &req, KGPU_BROKER_BUS_NAME, KGPU_BROKER_PATH,
-                                           KGPU_BROKER_INTERFACE, "Reconcile");
+        sd_bus *bus = broker_client_bus(m);
+
+        r = sd_bus_message_new_method_call(bus, &req, broker_peer_is(m, bus) ? NULL : KGPU_BROKER_BUS_NAME,
+                                           KGPU_BROKER_PATH, KGPU_BROKER_INTERFACE, "Reconcile");
         if (r < 0)
                 return r;
         r = sd_bus_message_set_auto_start(req, false);
@@ -243,7 +246,7 @@ static void on_list_reply(GrpcStatus status, const char *message, const uint8_t 
                 return;
         }
         timeout = (uint64_t) (m->config->broker_timeout_ms ?: 2000) * 1000ULL;
-        r = sd_bus_call_async(m->bus, &c->reconcile_slot, req, on_reconcile_reply, c, timeout);
+        r = sd_bus_call_async(sd_bus_message_get_bus(req), &c->reconcile_slot, req, on_reconcile_reply, c, timeout);
         if (r < 0) {
                 log_warning_errno(r, "Failed to call Broker1.Reconcile: %m");
                 round_finish(c, r);

@@ -7,8 +7,11 @@
 # It imports nothing from the checkout: it runs from a copy in the node's directory,
 # because other users cannot read a checkout in a 0700 home directory.
 #
-# argv[1]: JSON [bus address, destination, path, interface, method, signature, [args]]
-# stdout:  JSON ["ok", [str(value), ...]] or ["error", error name, message]
+# argv[1]: JSON [bus address, destination, path, interface, method, signature, [args]];
+#          an address "peer:ADDRESS" is a direct connection (no bus daemon, no Hello,
+#          no destination), as to the broker's peer socket
+# stdout:  JSON ["ok", [str(value), ...]] or ["error", error name, message]; a peer
+#          connection that cannot be made: ["error", "connect", message]
 
 import json
 import sys
@@ -18,7 +21,15 @@ import dbus
 
 def main():
     address, dest, path, iface, method, sig, args = json.loads(sys.argv[1])
-    bus = dbus.bus.BusConnection(address)
+    try:
+        if address.startswith('peer:'):
+            bus = dbus.connection.Connection(address[5:])
+            dest = None
+        else:
+            bus = dbus.bus.BusConnection(address)
+    except dbus.exceptions.DBusException as e:
+        print(json.dumps(['error', 'connect', str(e)]))
+        return
     try:
         r = bus.call_blocking(dest, path, iface, method, sig, list(args), timeout=15)
         if r is None:

@@ -359,6 +359,10 @@ class Node:
         return p
 
     @property
+    def broker_socket(self):
+        return os.path.join(self.tmp, 'run', 'broker', 'bus.sock')
+
+    @property
     def bus_address(self):
         return 'unix:path=' + os.path.join(self.tmp, 'bus')
 
@@ -526,6 +530,8 @@ class Node:
             'KGPU_LOG_LEVEL': 'debug',
             'KGPU_LOG_TARGET': 'stderr',
             'KGPU_CONFIG': getattr(self, 'config_file', ''),
+            # The broker's peer socket (grpcd's direct connection), in its runtime directory.
+            'KGPU_BROKER_SOCKET': self.broker_socket if self.tmp else '',
         }
         for k in ('ASAN_OPTIONS', 'UBSAN_OPTIONS', 'LSAN_OPTIONS', 'MALLOC_PERTURB_'):
             if k in os.environ:
@@ -662,7 +668,7 @@ class Node:
                                                           r.stderr.decode(errors='replace').strip()))
         return json.loads(r.stdout) if json_out else r.stdout.decode()
 
-    def call_as(self, user, dest, path, iface, method, sig='', args=(), timeout=30):
+    def call_as(self, user, dest, path, iface, method, sig='', args=(), timeout=30, address=None):
         """One method call on the node's bus made by `user` (setpriv and
         dbus_call_as.py); returns ('ok', [str(value), ...]) or ('error', name, message).
         Other users cannot read a checkout in a 0700 home directory (/root, a private
@@ -671,8 +677,12 @@ class Node:
         if not os.path.exists(helper):
             shutil.copyfile(os.path.join(_HERE, 'dbus_call_as.py'), helper)
             os.chmod(helper, 0o644)
-        req = json.dumps([self.bus_address, dest, path, iface, method, sig, list(args)])
-        argv = ['setpriv', '--reuid=' + user, '--regid=' + _group_of(user), '--clear-groups',
+        # address: another one ("peer:unix:path=..." for a direct connection); user: a
+        # name, or a number (a uid with no account, as itself for the group)
+        req = json.dumps([address or self.bus_address, dest, path, iface, method, sig, list(args)])
+        ids = (['--reuid=%d' % user, '--regid=%d' % user] if isinstance(user, int)
+               else ['--reuid=' + user, '--regid=' + _group_of(user)])
+        argv = ['setpriv'] + ids + ['--clear-groups',
                 sys.executable, '-I', helper, req]
         r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, cwd=self.tmp)
         check(r.returncode == 0, 'helper as %s failed: %s' % (user, r.stderr.decode(errors='replace')))
