@@ -32,6 +32,9 @@
 # then prints the issue's table (measured figure, target, met?) and the growth table, and
 # writes every number as JSON (--json FILE). --quick: small counts and sizes for CI (it
 # checks the suite runs and prints sane numbers; it never judges timings).
+# --bus dbus-daemon|dbus-broker picks the daemon of the private bus (default KGPU_TEST_BUS,
+# else dbus-daemon; see tests/integration/bus_daemons.py); the report's first line and the
+# JSON (host.bus) say which one ran.
 # Latencies include the python3-grpcio client's own cost; the baseline pays it too, so the
 # comparison rows are like for like. Exit 0 unless a node failed to start or a call failed;
 # 77 when the node cannot run here (harness.Skip).
@@ -51,6 +54,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.normpath(os.path.join(HERE, '..'))
 sys.path.insert(0, os.path.join(SRC, 'tests', 'integration'))
 
+import bus_daemons  # noqa: E402
 import harness  # noqa: E402
 import kubelet_sim  # noqa: E402
 from harness import RES_I915  # noqa: E402
@@ -548,8 +552,8 @@ def targets(res):
 
 def print_report(res):
     h = res['host']
-    print('kgpu benchmark: %s, %d CPUs, kernel %s, build %s, client python3-grpcio %s%s' % (
-        h['machine'], h['cpus'], h['kernel'], h['buildtype'], h['python_grpcio'],
+    print('kgpu benchmark: %s, %d CPUs, kernel %s, build %s, bus %s, client python3-grpcio %s%s' % (
+        h['machine'], h['cpus'], h['kernel'], h['buildtype'], h.get('bus', 'dbus-daemon'), h['python_grpcio'],
         ', quick' if res['counts']['quick'] else ''))
     print()
     print('%-52s %-28s %-36s %s' % ('metric', 'measured', 'target', 'met'))
@@ -659,7 +663,11 @@ def main():
     ap.add_argument('--no-scale', action='store_true', help='skip the cost growth table')
     ap.add_argument('--shared', action='store_true',
                     help='also GetPreferredAllocation per Intel policy on 8 GPUs x 16 shares')
+    ap.add_argument('--bus', choices=bus_daemons.BUS_DAEMONS,
+                    help='the private bus\'s daemon (default: KGPU_TEST_BUS, else dbus-daemon)')
     args = ap.parse_args()
+    bus = args.bus or bus_daemons.selected()
+    os.environ['KGPU_TEST_BUS'] = bus   # every harness.Node of this run
     q = args.quick
     calls = args.calls or (50 if q else 2000)
     restarts = args.restarts or (5 if q else 100)
@@ -671,7 +679,7 @@ def main():
 
     res = {'host': {'machine': platform.machine(), 'kernel': platform.release(), 'cpus': os.cpu_count(),
                     'python_grpcio': __import__('grpc').__version__, 'root': harness.is_root(),
-                    'buildtype': buildtype(build_root), 'loadavg_start': os.getloadavg()},
+                    'buildtype': buildtype(build_root), 'bus': bus, 'loadavg_start': os.getloadavg()},
            'counts': {'calls': calls, 'restarts': restarts, 'hotplugs': hotplugs, 'idle_seconds': idle_s,
                       'cold_starts': colds, 'quick': q}}
     t_start = time.monotonic()
