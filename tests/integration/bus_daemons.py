@@ -147,8 +147,8 @@ class JournalSink:
 
 
 # The launcher's shell (bash: dash takes only one-digit descriptors in redirections):
-# the listening socket to fd 3, a private /run/systemd with the
-# harness's journal socket (only with --private-run), then exec with LISTEN_PID=$$.
+# the listening socket to fd 3, a private /run/systemd with the harness's journal
+# socket (when $3 is 1), then exec with LISTEN_PID=$$.
 _LAUNCH_SH = r'''set -eu
 fd=$1 journal=$2 private=$3
 shift 3
@@ -235,8 +235,8 @@ class BrokerBus:
 
 def start_dbus_broker(conf_path, socket_path, tmp, log_path, t0, skip_exc=RuntimeError, timeout=10):
     """Starts dbus-broker-launch --scope=system --config-file=conf_path serving a socket
-    bound at socket_path; returns a BrokerBus once READY=1 came. tmp: a directory of the
-    node's for the notify and journal sockets. skip_exc: raised (with the reason) where
+    bound at socket_path; returns a BrokerBus once it is ready (see the top). tmp: a
+    directory of the node's for the notify and journal sockets. skip_exc: raised (with the reason) where
     dbus-broker cannot run here."""
     for prog in ('dbus-broker-launch', 'dbus-broker'):
         if not any(os.access(os.path.join(d, prog), os.X_OK) for d in os.environ.get('PATH', '').split(':') + ['/usr/bin']):
@@ -300,6 +300,7 @@ def start_dbus_broker(conf_path, socket_path, tmp, log_path, t0, skip_exc=Runtim
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
+        log.close()
         listen.close()
         notify.close()
         if sink is not None:
