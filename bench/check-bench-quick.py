@@ -14,7 +14,8 @@
 # summary has n > 0 and 0 < min <= p50 <= p99 <= max < 60 s; memory
 # figures are positive and PSS <= RSS per daemon; wakeup counts are >= 0; the
 # ListAndWatch build ran for 4096 devices with a message of at least 4096 ids' bytes; the
-# 64x64 row advertised 4096 ids; every daemon and the no-op plugin exited 0 on SIGTERM
+# 64x64 row advertised 4096 ids; the bus daemon that ran (KGPU_TEST_BUS, default
+# dbus-daemon) named in the JSON (host.bus) and the report's first line; every daemon and the no-op plugin exited 0 on SIGTERM
 # (under ASan/UBSan a finding makes that exit code non-zero). Exit 0 pass, 1 fail, 77 skip (the bench could not start
 # a node here).
 
@@ -132,6 +133,11 @@ def main():
             fail('the table has no row "%s"' % row)
         if not any(m.startswith(row) for m in metrics):
             fail('the JSON targets have no row "%s"' % row)
+    want_bus = os.environ.get('KGPU_TEST_BUS') or 'dbus-daemon'
+    if res['host'].get('bus') != want_bus and args.json is None:
+        fail('host.bus is %r, the run was on %s' % (res['host'].get('bus'), want_bus))
+    if text is not None and ', bus %s,' % want_bus not in text.splitlines()[0]:
+        fail('the report\'s first line does not name the bus %s: %r' % (want_bus, text.splitlines()[0]))
     check_nvlink(res, text)
     n = 0
     for path, s in summaries(res):

@@ -32,6 +32,9 @@
 # then prints the issue's table (measured figure, target, met?) and the growth table, and
 # writes every number as JSON (--json FILE). --quick: small counts and sizes for CI (it
 # checks the suite runs and prints sane numbers; it never judges timings).
+# --bus dbus-daemon|dbus-broker picks the daemon of the private bus (default KGPU_TEST_BUS,
+# else dbus-daemon; see tests/integration/bus_daemons.py); the report's first line and the
+# JSON (host.bus) say which one ran.
 # Latencies include the python3-grpcio client's own cost; the baseline pays it too, so the
 # comparison rows are like for like. Exit 0 unless a node failed to start or a call failed;
 # 77 when the node cannot run here (harness.Skip).
@@ -52,6 +55,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.normpath(os.path.join(HERE, '..'))
 sys.path.insert(0, os.path.join(SRC, 'tests', 'integration'))
 
+import bus_daemons  # noqa: E402
 import harness  # noqa: E402
 import kubelet_sim  # noqa: E402
 from harness import RES_I915  # noqa: E402
@@ -207,12 +211,22 @@ def cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
 
 
-def cpu_per_call(node, fn, n):
-    """Runs fn n times; returns ({daemon: CPU ms per call}, [latencies]). CPU time is
-    what a loaded shared machine distorts least (latency includes waiting for a core)."""
-    before = {name: cpu_s(d.pid) for name, d in node.daemons.items()}
+def bus_daemon_pid(node):
+    """The process that forwards the node's bus messages: dbus-daemon, or the dbus-broker
+    that dbus-broker-launch forked."""
+    return (getattr(node.bus, 'broker_pids', None) or [node.bus.pid])[0]
+
+
+def cpu_per_call(node, fn, n, with_bus=False):
+    """Runs fn n times; returns ({daemon: CPU ms per call}, [latencies]), with the bus
+    daemon as "bus" when with_bus. CPU time is what a loaded shared machine distorts
+    least (latency includes waiting for a core)."""
+    pids = {name: d.pid for name, d in node.daemons.items()}
+    if with_bus:
+        pids['bus'] = bus_daemon_pid(node)
+    before = {name: cpu_s(pid) for name, pid in pids.items()}
     lat = timed_calls(fn, n, warmup=0)
-    return ({name: (cpu_s(d.pid) - before[name]) * 1e3 / n for name, d in node.daemons.items()}, lat)
+    return ({name: (cpu_s(pid) - before[name]) * 1e3 / n for name, pid in pids.items()}, lat)
 
 
 def node_memory(node):
@@ -325,10 +339,14 @@ def bench_node8(build_root, calls, restarts, hotplugs, idle_s):
         # The same hop without the decision and the commit: PreStartContainer goes
         # grpcd -> D-Bus -> broker -> D-Bus -> grpcd and touches no disk. Allocate minus
         # this is the sharing check, the SQLite transaction and its fdatasync.
-        out['prestart'] = summary(timed_calls(lambda: cl.pre_start_container([ids[0]]), calls))
+        for _ in range(20):
+            cl.pre_start_container([ids[0]])
+        out['prestart_cpu_ms'], lat = cpu_per_call(node, lambda: cl.pre_start_container([ids[0]]), calls,
+                                                   with_bus=True)
+        out['prestart'] = summary(lat)
         for _ in range(20):
             cl.allocate([ids[0]])
-        out['allocate_cpu_ms'], lat = cpu_per_call(node, lambda: cl.allocate([ids[0]]), calls)
+        out['allocate_cpu_ms'], lat = cpu_per_call(node, lambda: cl.allocate([ids[0]]), calls, with_bus=True)
         out['allocate'] = summary(lat)
         out['preferred_size1'] = summary(timed_calls(lambda: cl.get_preferred_allocation(ids, [], 1), calls))
         out['preferred_size4'] = summary(timed_calls(lambda: cl.get_preferred_allocation(ids, [], 4), calls))
@@ -566,8 +584,8 @@ def targets(res):
 
 def print_report(res):
     h = res['host']
-    print('kgpu benchmark: %s, %d CPUs, kernel %s, build %s, client python3-grpcio %s%s' % (
-        h['machine'], h['cpus'], h['kernel'], h['buildtype'], h['python_grpcio'],
+    print('kgpu benchmark: %s, %d CPUs, kernel %s, build %s, bus %s, client python3-grpcio %s%s' % (
+        h['machine'], h['cpus'], h['kernel'], h['buildtype'], h.get('bus', 'dbus-daemon'), h['python_grpcio'],
         ', quick' if res['counts']['quick'] else ''))
     print()
     print('%-52s %-28s %-36s %s' % ('metric', 'measured', 'target', 'met'))
@@ -608,6 +626,9 @@ def print_report(res):
     if n8:
         print('CPU per 8-GPU Allocate (ms): %s' % ', '.join(
             '%s %.3f' % (k, v) for k, v in sorted(n8['allocate_cpu_ms'].items())))
+        if 'prestart_cpu_ms' in n8:
+            print('CPU per PreStartContainer (ms): %s' % ', '.join(
+                '%s %.3f' % (k, v) for k, v in sorted(n8['prestart_cpu_ms'].items())))
         print()
         print('%-14s %9s %9s %9s %9s %9s %12s' % ('memory (kB)', 'RSS', 'PSS', 'private', 'shared', 'RSS after',
                                                    'wakeups/min'))
@@ -689,7 +710,11 @@ def main():
     ap.add_argument('--no-scale', action='store_true', help='skip the cost growth table')
     ap.add_argument('--shared', action='store_true',
                     help='also GetPreferredAllocation per Intel policy on 8 GPUs x 16 shares')
+    ap.add_argument('--bus', choices=bus_daemons.BUS_DAEMONS,
+                    help='the private bus\'s daemon (default: KGPU_TEST_BUS, else dbus-daemon)')
     args = ap.parse_args()
+    bus = args.bus or bus_daemons.selected()
+    os.environ['KGPU_TEST_BUS'] = bus   # every harness.Node of this run
     q = args.quick
     calls = args.calls or (50 if q else 2000)
     restarts = args.restarts or (5 if q else 100)
@@ -701,7 +726,7 @@ def main():
 
     res = {'host': {'machine': platform.machine(), 'kernel': platform.release(), 'cpus': os.cpu_count(),
                     'python_grpcio': __import__('grpc').__version__, 'root': harness.is_root(),
-                    'buildtype': buildtype(build_root), 'loadavg_start': os.getloadavg()},
+                    'buildtype': buildtype(build_root), 'bus': bus, 'loadavg_start': os.getloadavg()},
            'counts': {'calls': calls, 'restarts': restarts, 'hotplugs': hotplugs, 'idle_seconds': idle_s,
                       'cold_starts': colds, 'quick': q}}
     t_start = time.monotonic()

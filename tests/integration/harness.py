@@ -14,6 +14,9 @@
 # started, by pid, and removes the temp directory.
 #
 # Environment read: KGPU_BUILD_ROOT, KGPU_SOURCE_ROOT (meson test sets both),
+# KGPU_TEST_BUS=dbus-daemon|dbus-broker (which daemon runs the private bus, default
+# dbus-daemon; same bus.conf.in, policy files and listen path; dbus-broker's recipe
+# without systemd is in bus_daemons.py; Node(bus=...) overrides it),
 # KGPU_TEST_KEEP_TMP=1 (keep the temp directory for debugging),
 # KGPU_TEST_VERBOSE=1 (echo the kubelet simulator's events),
 # KGPU_VALGRIND=1 (run each daemon under valgrind's memcheck, with a normal, non-ASan
@@ -54,6 +57,7 @@ import traceback
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, _HERE)
 
+import bus_daemons  # noqa: E402
 import kubelet_sim  # noqa: E402
 
 FAKE_NVIDIA_DIR = os.path.join(_HERE, '..', 'fake-nvidia')
@@ -310,13 +314,17 @@ class Node:
     def __init__(self, build_root=None, layout='two-gpus', broker=True, grpcd=True, kubelet=True,
                  verbose=None, extra_env=None, config_extra='', broker_args=(), resources=None,
                  bus_policy='', nvidia_scenario=None, nvidia_lost=None, fake_broker=None,
-                 probe_args=(), grpcd_args=()):
+                 probe_args=(), grpcd_args=(), bus=None):
         # config_extra: YAML appended to kgpu.yaml; broker_args, probe_args, grpcd_args:
         # extra kgpu-brokerd, kgpu-probed, kgpu-grpcd arguments; resources: the resource names start() waits for (default: the
         # two of layout "two-gpus", plus nvidia.com/gpu with nvidia_scenario);
         # nvidia_scenario: fake NVIDIA tools replaying that scenario (see the top);
         # nvidia_lost: GPU indices lost from the start; fake_broker: control state of a
-        # fake_broker.py started instead of kgpu-brokerd (see the top).
+        # fake_broker.py started instead of kgpu-brokerd (see the top); bus:
+        # 'dbus-daemon' or 'dbus-broker' (default: KGPU_TEST_BUS).
+        self.bus_impl = bus or bus_daemons.selected()
+        if self.bus_impl not in bus_daemons.BUS_DAEMONS:
+            raise ValueError('bus=%r' % bus)
         self.build_root = build_root or find_build_root()
         # the simulator caches its generated python modules under the build tree
         os.environ.setdefault('KGPU_BUILD_ROOT', self.build_root)
@@ -475,6 +483,12 @@ class Node:
         path = os.path.join(self.tmp, 'bus.conf')
         with open(path, 'w') as f:
             f.write(conf)
+        if self.bus_impl == 'dbus-broker':
+            self.bus = bus_daemons.start_dbus_broker(path, os.path.join(self.tmp, 'bus'), self.tmp,
+                                                     os.path.join(self.tmp, 'logs', 'dbus-broker.log'),
+                                                     self.t0, skip_exc=Skip)
+            self.log('dbus-broker-launch pid %d at %s' % (self.bus.pid, self.bus_address))
+            return
         log = open(os.path.join(self.tmp, 'logs', 'dbus-daemon.log'), 'ab')
         # dbus-daemon makes its listening socket world-accessible itself (as on the
         # system bus); the policy decides who may do what.
@@ -774,7 +788,10 @@ class Node:
                 except subprocess.TimeoutExpired:
                     self.bus.kill()
                     self.bus.wait()
-            self.bus.stdout.close()
+            if self.bus.stdout is not None:
+                self.bus.stdout.close()
+            if hasattr(self.bus, 'close'):
+                self.bus.close()
         logs = os.path.join(self.tmp, 'logs') if self.tmp else ''
         if VALGRIND and os.path.isdir(logs):
             # Every instance counts, also those killed or restarted during the test.
@@ -866,14 +883,14 @@ def run_test(fn, need_root=False, **node_args):
         if node:
             node.dump_logs()
             node.stop()
-        print('FAIL %s' % name)
+        print('FAIL %s on %s' % (name, node.bus_impl if node else bus_daemons.selected()))
         sys.exit(1)
     rcs = node.stop(dump_on_unclean=True)
     bad = {k: v for k, v in rcs.items() if v not in (0, None)}
     if bad:
         print('FAIL %s: daemons did not exit cleanly on SIGTERM: %r' % (name, bad))
         sys.exit(1)
-    print('PASS %s (daemon exit codes on SIGTERM: %s)' % (name, rcs))
+    print('PASS %s on %s (daemon exit codes on SIGTERM: %s)' % (name, node.bus_impl, rcs))
     sys.exit(0)
 
 

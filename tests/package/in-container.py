@@ -440,7 +440,70 @@ def check_mps_survives_probe_restart():
         sim.stop()
 
 
+# --- the system bus: dbus-daemon (Debian) or dbus-broker (Fedora, Arch) ---------------
+# test-install.sh writes which one the root has into the payload. The same steps run on
+# both; here only what tells them apart: which unit is dbus.service and what it runs,
+# which line its journal has for a reload the bus did by itself (dbus-daemon and
+# dbus-broker-launch both watch their policy directories), and the trap the postinst
+# order is for, shown on this bus: a policy naming a user that does not exist yet is
+# dropped when read and stays dropped once the user exists, until ReloadConfig.
+SYSTEM_BUS = (read(os.path.join(PAYLOAD, 'system-bus')) or 'dbus-daemon').strip()
+BUS_UNIT = {'dbus-daemon': 'dbus.service', 'dbus-broker': 'dbus-broker.service'}[SYSTEM_BUS]
+BUS_AUTO_RELOAD = {'dbus-daemon': 'Reloaded configuration',
+                   'dbus-broker': 'Noticed file-system modification, trigger reload'}[SYSTEM_BUS]
+LATE_USER = 'kgpu-pkgtest-late'
+LATE_NAME = 'io.kgpu.PkgtestLate'
+LATE_CONF = '/usr/share/dbus-1/system.d/%s.conf' % LATE_NAME
+
+
+def check_system_bus():
+    """dbus.service is the bus daemon this root was made with, and only that one."""
+    unit = unit_prop('dbus.service', 'Id')
+    pid = unit_prop('dbus.service', 'MainPID')
+    exe = os.path.basename(os.readlink('/proc/%s/exe' % pid)) if pid not in ('', '0') else ''
+    want = {'dbus-daemon': 'dbus-daemon', 'dbus-broker': 'dbus-broker-launch'}[SYSTEM_BUS]
+    check(unit == BUS_UNIT and unit_prop('dbus.service', 'ActiveState') == 'active' and exe == want,
+          'the system bus is %s (dbus.service is %s, running %s)' % (SYSTEM_BUS, unit, exe))
+    if SYSTEM_BUS == 'dbus-broker':
+        check(not os.path.exists('/usr/bin/dbus-daemon'), 'no dbus-daemon installed beside dbus-broker')
+    check(os.path.exists('/run/dbus/system_bus_socket'), 'the system bus socket the postinst looks for is there')
+
+
+def request_late_name():
+    return sh('busctl', 'call', 'org.freedesktop.DBus', '/org/freedesktop/DBus', 'org.freedesktop.DBus',
+              'RequestName', 'su', LATE_NAME, '4', user=LATE_USER, check_rc=False)
+
+
+def check_late_user_reload():
+    """The postinst order (users, then ReloadConfig) is what this bus needs too."""
+    with open(LATE_CONF, 'w') as f:
+        f.write('<busconfig><policy user="%s"><allow own="%s"/></policy></busconfig>\n' % (LATE_USER, LATE_NAME))
+    try:
+        time.sleep(1)   # the bus's own reload on the new file, with the user missing
+        p = sh('busctl', 'call', 'org.freedesktop.DBus', '/org/freedesktop/DBus', 'org.freedesktop.DBus',
+               'ReloadConfig', check_rc=False)
+        check(p.returncode == 0, 'ReloadConfig on %s (user %s missing)' % (SYSTEM_BUS, LATE_USER), p.stderr)
+        sh('useradd', '--system', '--no-create-home', '--shell', '/usr/sbin/nologin', LATE_USER)
+        p = request_late_name()
+        check(p.returncode != 0 and ('Access denied' in p.stderr or 'AccessDenied' in p.stderr),
+              '%s: the rule for a user made after the policy was read stays dropped (the trap)' % SYSTEM_BUS,
+              p.stdout + p.stderr)
+        p = sh('busctl', 'call', 'org.freedesktop.DBus', '/org/freedesktop/DBus', 'org.freedesktop.DBus',
+               'ReloadConfig', check_rc=False)
+        q = request_late_name()
+        check(p.returncode == 0 and q.returncode == 0 and q.stdout.strip() == 'u 1',
+              '%s: ReloadConfig once the user exists applies its rule at once' % SYSTEM_BUS,
+              p.stderr + q.stdout + q.stderr)
+    finally:
+        os.unlink(LATE_CONF)
+        sh('userdel', LATE_USER, check_rc=False)
+        sh('busctl', 'call', 'org.freedesktop.DBus', '/org/freedesktop/DBus', 'org.freedesktop.DBus',
+           'ReloadConfig', check_rc=False)
+
+
 def main():
+    check_system_bus()
+    check_late_user_reload()
     install_testbed()
     make_kubelet_dirs()
     kubelet_before = kubelet_dirs_state()
@@ -451,8 +514,8 @@ def main():
     # soon as the .conf files are unpacked, while the users they name do not exist yet
     # (the trap docs/ARCHITECTURE.md describes under Packaging); the postinst must create them and make the bus
     # read the policy again, else the broker cannot own its name.
-    reloads = lambda: sh('journalctl', '--no-pager', '-o', 'cat', '-u', 'dbus.service',
-                         check_rc=False).stdout.count('Reloaded configuration')
+    reloads = lambda: sh('journalctl', '--no-pager', '-o', 'cat', '-u', BUS_UNIT,
+                         check_rc=False).stdout.count(BUS_AUTO_RELOAD)
     n0 = reloads()
     p = sh('dpkg', '--unpack', *[os.path.join(PAYLOAD, d) for d in debs], check_rc=False, timeout=120)
     if not check(p.returncode == 0, 'dpkg --unpack %s' % ' '.join(debs), p.stdout + p.stderr):

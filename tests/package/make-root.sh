@@ -3,8 +3,11 @@
 # make-root.sh — prints the path of a cached, debootstrapped Debian bookworm root for
 # the package install test, creating it when missing.
 #
-# Contract: `make-root.sh [CACHE_DIR]` (default $KGPU_TEST_CACHE or /var/cache/kgpu-test);
-# `make-root.sh --print-mirror` prints the Debian mirror it would use, and nothing else.
+# Contract: `make-root.sh [--system-bus=dbus-broker] [CACHE_DIR]` (default $KGPU_TEST_CACHE
+# or /var/cache/kgpu-test); `make-root.sh --print-mirror` prints the Debian mirror it would
+# use, and nothing else. --system-bus=dbus-broker makes a root whose system bus is
+# dbus-broker, as on Fedora and Arch: dbus-broker instead of dbus (so no dbus-daemon),
+# and dbus-broker.service enabled, which makes it dbus.service (its Alias=).
 # The root is named after a hash of the package list below, so changing the list makes
 # a new root; it is built in a temporary directory and renamed into place, so a half
 # built root is never used. Needs root and the Debian archive (the mirror of the host's
@@ -18,12 +21,22 @@ if [ "${1:-}" = --print-mirror ]; then
         print_mirror=1
         shift
 fi
+system_bus=dbus-daemon
+case "${1:-}" in
+--system-bus=dbus-broker) system_bus=dbus-broker; shift ;;
+--system-bus=dbus-daemon) shift ;;
+--system-bus=*) echo "unknown ${1}" >&2; exit 1 ;;
+esac
 cache=${1:-${KGPU_TEST_CACHE:-/var/cache/kgpu-test}}
 # The runtime dependencies of the .deb are in the root so that dpkg -i works offline;
 # python3-grpcio/-grpc-tools/-protobuf run the kubelet simulator, umockdev the
 # simulated GPUs; acl (getfacl) shows that nothing sets ACLs on the kubelet's
 # directories, and has the setfacl the upgrade from 0.1.0 uses.
 pkgs=systemd,systemd-sysv,dbus,udev,acl,procps,man-db,python3,python3-grpcio,python3-grpc-tools,python3-pkg-resources,python3-protobuf,umockdev,libnghttp2-14,libprotobuf-c1,libyaml-0-2,libsqlite3-0,libcap-ng0
+
+if [ $system_bus = dbus-broker ]; then
+        pkgs=$(printf '%s\n' "$pkgs" | sed 's/,dbus,/,dbus-broker,/')
+fi
 
 mirror=${KGPU_DEBIAN_MIRROR:-}
 if [ -z "$mirror" ]; then
@@ -54,6 +67,18 @@ if [ ! -x "$root/usr/lib/systemd/systemd" ]; then
                 rm -rf "$tmp"
                 echo "debootstrap failed (mirror $mirror)" >&2
                 exit 1
+        fi
+        if [ $system_bus = dbus-broker ]; then
+                # dbus-broker's postinst enables it already; made sure of here, and no
+                # dbus-daemon may have come in through a dependency.
+                systemctl --root="$tmp" enable dbus-broker.service >>"$tmp.log" 2>&1
+                if [ -e "$tmp/usr/bin/dbus-daemon" ] ||
+                   [ "$(readlink "$tmp/etc/systemd/system/dbus.service")" != /lib/systemd/system/dbus-broker.service ]; then
+                        ls -l "$tmp/etc/systemd/system/dbus.service" "$tmp/usr/bin/dbus-daemon" >&2 || true
+                        rm -rf "$tmp" "$tmp.log"
+                        echo "the root's system bus is not dbus-broker alone" >&2
+                        exit 1
+                fi
         fi
         # The container gets no network and needs no apt lists or cached debs.
         rm -rf "$tmp/var/cache/apt/archives/"*.deb "$tmp/var/lib/apt/lists/"* "$tmp.log"

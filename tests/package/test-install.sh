@@ -3,7 +3,10 @@
 # test-install.sh — builds the .deb, installs it into a debootstrapped bookworm root
 # booted with systemd-nspawn, and runs in-container.py there.
 #
-# Contract: `test-install.sh SRCDIR BUILDDIR`. Needs root, debootstrap, systemd-nspawn,
+# Contract: `test-install.sh SRCDIR BUILDDIR [SYSTEM_BUS]`, SYSTEM_BUS dbus-daemon (the
+# default, Debian's) or dbus-broker (a root whose system bus is dbus-broker, as on Fedora
+# and Arch: make-root.sh --system-bus=dbus-broker; in-container.py checks that bus and
+# runs the same steps on it). Needs root, debootstrap, systemd-nspawn,
 # dpkg-buildpackage and the Debian archive the first time (the root is cached under
 # $KGPU_TEST_CACHE, default /var/cache/kgpu-test, see make-root.sh). Exits 77 (skip)
 # when a prerequisite is missing, 0 when every in-container check passed, 1 otherwise
@@ -14,6 +17,7 @@
 set -eu
 
 src=$(cd "$1" && pwd) build=$(cd "$2" && pwd)
+system_bus=${3:-dbus-daemon}
 here=$src/tests/package
 
 skip() { echo "SKIP: $*"; exit 77; }
@@ -28,11 +32,11 @@ if ldd "$testbed" | grep -q -e libasan -e libubsan; then
 fi
 
 t0=$(date +%s)
-root=$("$here/make-root.sh")
+root=$("$here/make-root.sh" --system-bus="$system_bus")
 t1=$(date +%s)
 debdir=$("$here/build-packages.sh" deb "$src" "$build/tests/package/pkg-out")
 t2=$(date +%s)
-echo "root: $root ($((t1 - t0)) s), packages: $debdir ($((t2 - t1)) s)"
+echo "root: $root ($((t1 - t0)) s, system bus $system_bus), packages: $debdir ($((t2 - t1)) s)"
 
 work=$(mktemp -d /var/tmp/kgpu-pkgtest.XXXXXX)
 cleanup() {
@@ -45,6 +49,7 @@ cp "$debdir"/kgpu_*.deb "$testbed" "$src/tests/data/testbeds/two-gpus.umockdev" 
    "$src/tests/integration/kubelet_sim.py" "$here/in-container.py" \
    "$here/kgpu-testbed.service" "$here/probe-testbed.conf" "$here/kgpu-kubelet-sim.service" "$payload/"
 cp "$src"/daemons/grpc/proto/*.proto "$payload/proto/"
+echo "$system_bus" >"$payload/system-bus"
 # The fake NVIDIA tools and their recordings (the MPS section of in-container.py).
 mkdir -p "$payload/fake-nvidia" "$payload/data"
 cp "$src"/tests/fake-nvidia/fake_nvidia.py "$src"/tests/fake-nvidia/nvidia-smi \
