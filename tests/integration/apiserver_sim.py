@@ -13,7 +13,8 @@
 # ---------------------------------------------------------------------------------------
 # Python API (stable; later changes only add)
 #
-#   from apiserver_sim import ApiServerSim, make_pki, write_kubeconfig, SimClient
+#   from apiserver_sim import (ApiServerSim, SimClient, make_pki, make_client_cert,
+#                              write_kubeconfig, write_serviceaccount)
 #   pki = make_pki(tmpdir + '/pki')                      # see apisim_pki.py
 #   sim = ApiServerSim(pki, port=0, http1_only=False, rbac=None, anonymous=False,
 #                      bookmark_interval=60.0, default_watch_timeout=1800.0)
@@ -71,13 +72,19 @@
 #                     fairness filter (Retry-After header); style='status' gives a
 #                     TooManyRequests Status with details.retryAfterSeconds instead
 #         'oversized' size=N bytes: a valid answer padded to about N bytes (a list item /
-#                     watch event object with an annotation of N bytes)
+#                     watch event object with an annotation of N bytes); watch: after=K
+#                     events (default 0)
 #         'garbage'   body=bytes: the body (list/get) or one watch line is that
-#                     (default: not JSON), Content-Type still application/json
+#                     (default: not JSON), Content-Type still application/json; watch:
+#                     the line comes after=K events (default 0), the stream goes on
+#         'error_event'  watch only: after=K events an ERROR event, then the stream
+#                     ends; code=410 (Expired "too old resource version: N (C)", default)
+#                     | 500 (InternalError) | other with reason=, message=
 #         'truncated' the list/get body stops half way and the connection closes
 #         'slow'      headers=s, events=s for the requests it hits
 #         'hang'      headers never come (until stop/down/cut)
 #   sim.remove_fault(fid)   sim.clear_faults()
+#   sim.add_token(token, user, groups=())   sim.remove_token(token)   (the token table)
 #
 #   Observation:
 #   sim.requests() -> [{'method','path','query','user','groups','proto','status','verb',
@@ -209,13 +216,17 @@ import urllib.parse
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from apisim_pki import make_pki, write_kubeconfig, read_token_file  # noqa: E402,F401  (re-exported)
+from apisim_pki import (make_pki, make_client_cert, write_kubeconfig, write_serviceaccount,  # noqa: E402,F401
+                        read_token_file, SERVICEACCOUNT_USER)  # (re-exported)
 from apisim_wire import (CALL_TIMEOUT, DEFAULT_RBAC, GZIP_THRESHOLD, H1_BUFFER, H2_BUFFER,  # noqa: E402,F401
                          MAX_REQUEST_HEADER, HttpError, _dumps, make_matcher, parse_field_selector,
                          parse_label_selector, status_obj, with_kind)
 from apisim_http import H1Conn, H2Conn, H2Responder  # noqa: E402
 
 X509_V_FLAG_NO_CHECK_TIME = 0x200000
+
+__all__ = ['ApiServerSim', 'SimClient', 'DEFAULT_RBAC', 'SERVICEACCOUNT_USER', 'make_pki', 'make_client_cert',
+           'write_kubeconfig', 'write_serviceaccount', 'read_token_file', 'load_state', 'main']
 from apisim_state import SimState  # noqa: E402
 from apisim_listwatch import ListWatch  # noqa: E402
 

@@ -162,9 +162,22 @@ class ListWatch:
                 return
             deadline = time.monotonic() + timeout
             next_bm = time.monotonic() + self.bookmark_interval
-            garbage = fault if fault is not None and fault['kind'] == 'garbage' else None
+            kind = fault['kind'] if fault is not None else None
+            params = fault['params'] if fault is not None else {}
+            after = int(params.get('after', 0))
+            garbage = kind == 'garbage'
+            error_event = kind == 'error_event'
             pad = self._padding(fault)
+            sent = 0
             while True:
+                if sent >= after and garbage:
+                    await resp.write(params.get('body', b'\x00{"type":"ADDED","object":{garbage') + b'\n')
+                    garbage = False
+                if sent >= after and error_event:
+                    await resp.write((_dumps({'type': 'ERROR', 'object': self._error_event_status(params, n)})
+                                      + '\n').encode())
+                    await resp.end()
+                    return
                 if pending:
                     item = pending.pop(0)
                 else:
@@ -200,7 +213,7 @@ class ListWatch:
                     line = _dumps({'type': 'BOOKMARK', 'object': self._bookmark_object(resource, md)})
                     next_bm = time.monotonic() + self.bookmark_interval
                 else:
-                    if pad is not None:
+                    if pad is not None and sent >= after:
                         obj = self._pad(obj, pad)
                         pad = None
                     line = _dumps({'type': typ, 'object': with_kind(resource, obj)})
@@ -213,13 +226,21 @@ class ListWatch:
                 if w.cut_mode is not None:
                     await self._cut(resp, w.cut_mode, data)
                     return
-                if garbage is not None:
-                    await resp.write(garbage['params'].get('body', b'\x00{"type":"ADDED","object":{garbage') + b'\n')
-                    garbage = None
                 await resp.write(data)
+                sent += 1
             await resp.end()
         finally:
             self.watchers.discard(w)
+
+    def _error_event_status(self, params, n):
+        code = int(params.get('code', 410))
+        if code == 410:
+            return status_obj(410, 'Expired', params.get('message', 'too old resource version: %s (%d)'
+                                                          % (n if n is not None else 0, self.compacted)))
+        if code == 500:
+            m = params.get('message', 'simulated failure')
+            return status_obj(500, 'InternalError', 'Internal error occurred: ' + m, {'causes': [{'message': m}]})
+        return status_obj(code, params.get('reason', 'InternalError'), params.get('message', 'simulated error %d' % code))
 
     def _bookmark_object(self, resource, md):
         obj = {'kind': KINDS[resource][0], 'apiVersion': 'v1', 'metadata': md}

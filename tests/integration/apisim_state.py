@@ -62,7 +62,7 @@ class SimState:
 
     @_on_loop
     def add_fault(self, kind, resource='*', verb='*', count=None, **params):
-        if kind not in ('status', 'oversized', 'garbage', 'truncated', 'slow', 'hang'):
+        if kind not in ('status', 'oversized', 'garbage', 'truncated', 'slow', 'hang', 'error_event'):
             raise ValueError('unknown fault kind %r' % kind)
         if kind == 'garbage' and isinstance(params.get('body'), str):
             params['body'] = params['body'].encode()
@@ -70,6 +70,16 @@ class SimState:
         self.faults[self._fault_seq] = {'kind': kind, 'resource': resource, 'verb': verb,
                                         'count': count, 'params': params}
         return self._fault_seq
+
+    @_on_loop
+    def add_token(self, token, user, groups=()):
+        """Adds (or replaces) a bearer token of the token table."""
+        self.tokens[token] = (user, 'uid-' + user, list(groups))
+        return True
+
+    @_on_loop
+    def remove_token(self, token):
+        return self.tokens.pop(token, None) is not None
 
     @_on_loop
     def remove_fault(self, fid):

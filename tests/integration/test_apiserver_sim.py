@@ -31,7 +31,8 @@ import h2.config  # noqa: E402
 import h2.connection  # noqa: E402
 import h2.events  # noqa: E402
 
-from apiserver_sim import ApiServerSim, SimClient, make_pki, write_kubeconfig, DEFAULT_RBAC  # noqa: E402
+from apiserver_sim import (ApiServerSim, SimClient, make_pki, make_client_cert, write_kubeconfig,  # noqa: E402
+                           write_serviceaccount, DEFAULT_RBAC, SERVICEACCOUNT_USER)
 
 TMP = tempfile.mkdtemp(prefix='kgpu-apisim-')
 PKI = make_pki(os.path.join(TMP, 'pki'))
@@ -556,6 +557,28 @@ def t_faults(sim):
     c = cl.chunk()
     check(c.startswith(b'\x00'), 'no garbage line first: %r' % c[:40])
     cl.close()
+    # Watch faults after K events: garbage line, oversized event, ERROR event.
+    for kind, params, check_fn in (
+            ('garbage', {'body': 'not json'}, lambda evs, raw: raw.split(b'\n')[1] == b'not json'),
+            ('oversized', {'size': 200000}, lambda evs, raw: len(raw.split(b'\n')[1]) > 200000
+             and json.loads(raw.split(b'\n')[1])['type'] == 'ADDED'),
+            ('error_event', {}, lambda evs, raw: raw.split(b'\n')[1].startswith(b'{"type":"ERROR"')
+             and json.loads(raw.split(b'\n')[1])['object']['code'] == 410)):
+        sim.add_fault(kind, resource='nodes', verb='watch', count=1, after=1, **params)
+        c2 = H2(sim)
+        sid = c2.start('/api/v1/nodes?watch=1&timeoutSeconds=3')
+        st = c2.wait(sid, lambda s: s['ended'] or s['closed'], 8)
+        check(check_fn(None, st['data']), '%s after 1 event: %r' % (kind, st['data'][:300]))
+        c2.close()
+    # The token table changes live.
+    sim.add_token('rotated-token', 'kgpu-cluster', ['kgpu:cluster-daemons'])
+    c2 = H1(sim, cert=None, key=None)
+    st, _h, _b = c2.get_json('/api/v1/nodes', {'Authorization': 'Bearer rotated-token'})
+    check(st == 200, 'an added token was refused')
+    sim.remove_token('rotated-token')
+    st, _h, _b = c2.get_json('/api/v1/nodes', {'Authorization': 'Bearer rotated-token'})
+    check(st == 401, 'a removed token still works')
+    c2.close()
     # Slow headers, measured.
     sim.slow(headers=0.8)
     try:
@@ -629,6 +652,17 @@ def t_cuts(sim):
     check(st['reset'] == 2, 'RST_STREAM code %r' % st['reset'])     # INTERNAL_ERROR
     status, _h, _b = cl.get('/api/v1/nodes')
     check(status == 200, 'connection unusable after a stream reset')
+    # HTTP/2 mid-event: half an event in DATA, then the connection closes.
+    c2 = H2(sim)
+    sid2 = c2.start('/api/v1/nodes?watch=1&timeoutSeconds=30')
+    n0 = len(c2.wait(sid2, lambda s: len(events_of(s['data'])) >= 2)['data'])
+    check(sim.wait_watches(1, 'nodes', 5), 'h2 watch not open')
+    sim.cut_watches('mid-event')
+    sim.set_node_label('node-a', 'cut', 'h2')
+    st = c2.wait(sid2, lambda s: s['closed'])
+    tail = st['data'][n0:]
+    check(tail and not tail.endswith(b'\n') and not st['ended'], 'h2 mid-event cut: %r' % tail[-40:])
+    c2.close()
     # HTTP/2 clean end.
     sid = cl.start('/api/v1/nodes?watch=1&timeoutSeconds=30')
     cl.wait(sid, lambda s: len(events_of(s['data'])) >= 2)
@@ -806,6 +840,18 @@ def t_kubeconfig(sim):
     check(base64.b64decode(y['clusters'][0]['cluster']['certificate-authority-data']) == open(PKI['ca'], 'rb').read(), y)
     check(y['clusters'][0]['cluster']['server'] == sim.url, y)
     check(os.stat(kc).st_mode & 0o777 == 0o600, 'kubeconfig not 0600')
+    # A rotated client certificate and the service account files.
+    cert, key = make_client_cert(PKI, 'kgpu-cluster-2', 'kgpu-cluster', ['kgpu:cluster-daemons'])
+    cl = H1(sim, cert=cert, key=key)
+    st, _h, _b = cl.get_json('/api/v1/nodes')
+    check(st == 200, 'a new certificate of the CA refused')
+    cl.close()
+    sa = write_serviceaccount(os.path.join(TMP, 'sa'), PKI)
+    check(open(os.path.join(sa, 'namespace')).read() == 'kgpu', 'namespace file')
+    cl = H1(sim, cert=None, key=None)
+    st, _h, body = cl.get_json('/api/v1/nodes', {'Authorization': 'Bearer ' + open(os.path.join(sa, 'token')).read()})
+    check(st == 200 and sim.requests()[-1]['user'] == SERVICEACCOUNT_USER, body)
+    cl.close()
     kc = write_kubeconfig(os.path.join(TMP, 'kc-paths'), sim.url, ca=PKI['ca'],
                           token_file=PKI['token_files']['kgpu-cluster'], embed=False)
     y = yaml.safe_load(open(kc))
