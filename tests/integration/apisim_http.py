@@ -213,13 +213,15 @@ class H2Responder(Responder):
                 window = c.h2.local_flow_control_window(self.sid)
             except (h2.exceptions.StreamClosedError, KeyError):
                 raise ConnectionError('stream closed')
-            n = min(window, c.h2.max_outbound_frame_size, len(data))
+            n = min(window, len(data))
             if n <= 0:
                 ev = c.window_event
                 ev.clear()
                 await asyncio.wait_for(ev.wait(), WRITE_TIMEOUT)
                 continue
-            c.h2.send_data(self.sid, data[:n])
+            step = c.h2.max_outbound_frame_size
+            for i in range(0, n, step):
+                c.h2.send_data(self.sid, data[i:min(i + step, n)])
             data = data[n:]
             await c.flush()
 

@@ -566,7 +566,7 @@ def t_faults(sim):
              and json.loads(raw.split(b'\n')[1])['object']['code'] == 410)):
         sim.add_fault(kind, resource='nodes', verb='watch', count=1, after=1, **params)
         c2 = H2(sim)
-        sid = c2.start('/api/v1/nodes?watch=1&timeoutSeconds=3')
+        sid = c2.start('/api/v1/nodes?watch=1&timeoutSeconds=1')
         st = c2.wait(sid, lambda s: s['ended'] or s['closed'], 8)
         check(check_fn(None, st['data']), '%s after 1 event: %r' % (kind, st['data'][:300]))
         c2.close()
