@@ -42,7 +42,13 @@
 #   sim.compact(rv=None)            compaction point = rv or the current revision
 #   sim.set_rbac(rules)             rules: [{'users': [...], 'groups': [...],
 #                                   'verbs': [...], 'resources': [...],
-#                                   'namespaces': [...] (optional: absent = all)}]
+#                                   'resourceNames': [...], 'namespaces': [...] (both
+#                                   optional: absent = all)}]; DEFAULT_RBAC is the
+#                                   repository's deploy/rbac.yaml (nodes get/list/watch,
+#                                   pods list/watch) for user kgpu-cluster and the
+#                                   service account SERVICEACCOUNT_USER
+#   rbac_from_manifests(paths_or_yaml_texts) -> rules   (apisim_rbac.py: ClusterRole,
+#                                   Role, ClusterRoleBinding, RoleBinding documents)
 #   sim.set_bookmark_interval(seconds)
 #   sim.set_bookmark_style('docs'|'go')   'docs' (default): the bookmark object is only
 #                                   kind, apiVersion, metadata.resourceVersion, as the API
@@ -97,7 +103,8 @@
 #   Process mode: python3 apiserver_sim.py --port P --pki DIR [--state FILE]
 #       [--control SOCK] [--http1-only] [--host H] [--bookmark-interval S]
 #   creates the PKI in DIR when missing, loads FILE ({"nodes": [{"name", "labels"}],
-#   "pods": [{add_pod keyword args}], "rbac": [...], "anonymous": bool}), prints
+#   "pods": [{add_pod keyword args}], "rbac": [...], "rbac_manifests": [paths, relative
+#   to FILE], "tokens": [{"token", "user", "groups"}], "anonymous": bool}), prints
 #   "READY <port>" on stdout, serves until SIGTERM/SIGINT. The control socket takes one
 #   JSON object per line {"op": NAME, "args": [...], "kwargs": {...}} for every method
 #   above (bytes given as str) and answers {"ok": true, "result": ...} or
@@ -130,7 +137,8 @@
 #    "<resource>" in API group "" at the cluster scope' ('in the namespace "<ns>"' for a
 #    namespaced request; '<resource> is forbidden: ...' without a name), reason
 #    Forbidden, details {"name","kind":<resource>}, code 403. A list or watch with
-#    fieldSelector metadata.name=X is authorized as that name (RequestInfoFactory).
+#    fieldSelector metadata.name=X is authorized as that name (RequestInfoFactory), so
+#    RBAC resourceNames restrict such a list or watch.
 #  - Verbs: GET collection = list, GET collection with watch=1|true = watch, GET object =
 #    get.
 #  - Lists: {"kind":"NodeList"|"PodList","apiVersion":"v1","metadata":
@@ -226,8 +234,10 @@ from apisim_http import H1Conn, H2Conn, H2Responder  # noqa: E402
 X509_V_FLAG_NO_CHECK_TIME = 0x200000
 
 __all__ = ['ApiServerSim', 'SimClient', 'DEFAULT_RBAC', 'SERVICEACCOUNT_USER', 'make_pki', 'make_client_cert',
+           'rbac_from_manifests',
            'write_kubeconfig', 'write_serviceaccount', 'read_token_file', 'load_state', 'main']
 from apisim_state import SimState  # noqa: E402
+from apisim_rbac import authorize, rbac_from_manifests  # noqa: E402,F401  (re-exported)
 from apisim_listwatch import ListWatch  # noqa: E402
 
 
@@ -436,18 +446,8 @@ class ApiServerSim(SimState, ListWatch):
             return 'system:anonymous', ['system:unauthenticated']
         return None
 
-    def _authorize(self, user, groups, verb, resource, namespace):
-        for r in self.rbac:
-            if user not in r.get('users', []) and not set(groups) & set(r.get('groups', [])):
-                continue
-            if verb not in r.get('verbs', []) and '*' not in r.get('verbs', []):
-                continue
-            if resource not in r.get('resources', []) and '*' not in r.get('resources', []):
-                continue
-            if 'namespaces' in r and (not namespace or namespace not in r['namespaces']):
-                continue
-            return True
-        return False
+    def _authorize(self, user, groups, verb, resource, namespace, name=None):
+        return authorize(self.rbac, user, groups, verb, resource, namespace, name)
 
     @staticmethod
     def _forbidden(user, verb, resource, name, namespace):
@@ -528,17 +528,17 @@ class ApiServerSim(SimState, ListWatch):
             authz_name = name
             if not name:
                 for f, op, v in fsel:
-                    if f == 'metadata.name' and op == '=':
+                    if f == 'metadata.name' and op == '=' and v not in ('.', '..') and '/' not in v and '%' not in v:
                         authz_name = v
             if req.method not in ('GET', 'HEAD'):
-                if not self._authorize(req.user, req.groups, req.method.lower(), resource, namespace):
+                if not self._authorize(req.user, req.groups, req.method.lower(), resource, namespace, authz_name):
                     raise self._forbidden(req.user, {'POST': 'create', 'PUT': 'update', 'PATCH': 'patch',
                                                      'DELETE': 'delete'}.get(req.method, req.method.lower()),
                                           resource, authz_name, namespace)
                 raise HttpError(405, status_obj(405, 'MethodNotAllowed',
                                                 'the server does not allow this method on the requested resource',
                                                 {}))
-            if not self._authorize(req.user, req.groups, verb, resource, namespace):
+            if not self._authorize(req.user, req.groups, verb, resource, namespace, authz_name):
                 raise self._forbidden(req.user, verb, resource, authz_name, namespace)
             fault = self._take_fault(resource, verb)
             if fault is not None:
@@ -727,6 +727,11 @@ def load_state(sim, path):
         st = json.load(f)
     if 'rbac' in st:
         sim.set_rbac(st['rbac'])
+    if 'rbac_manifests' in st:
+        base = os.path.dirname(os.path.abspath(path))
+        sim.set_rbac(rbac_from_manifests([os.path.join(base, m) for m in st['rbac_manifests']]))
+    for tok in st.get('tokens', []):
+        sim.add_token(tok['token'], tok['user'], tok.get('groups', []))
     if 'anonymous' in st:
         sim.set_anonymous(st['anonymous'])
     for n in st.get('nodes', []):

@@ -32,7 +32,7 @@
 #   Another client certificate signed by the CA, files <name>.crt/.key in the PKI
 #   directory (certificate rotation tests; days=-1 makes it already expired).
 #
-# write_serviceaccount(directory, pki, token=None, namespace='kgpu') -> directory
+# write_serviceaccount(directory, pki, token=None, namespace='kube-system') -> directory
 #   The files a pod's service account gets (token, ca.crt, namespace), as the kubelet
 #   mounts them at /var/run/secrets/kubernetes.io/serviceaccount; token defaults to the
 #   service account's entry of the token table (SERVICEACCOUNT_USER).
@@ -56,12 +56,12 @@ DEFAULT_USERS = [
     ('kgpu-cluster', ['kgpu:cluster-daemons']),
     ('intruder', ['intruders']),
 ]
-SERVICEACCOUNT_USER = 'system:serviceaccount:kgpu:kgpu-cluster'
+SERVICEACCOUNT_USER = 'system:serviceaccount:kube-system:kgpu-clusterd'   # deploy/rbac.yaml
 DEFAULT_TOKENS = [
     ('kgpu-cluster-token-0123456789abcdef', 'kgpu-cluster', ['kgpu:cluster-daemons']),
     ('intruder-token-0123456789abcdef', 'intruder', ['intruders']),
     ('kgpu-sa-token-0123456789abcdef', SERVICEACCOUNT_USER,
-     ['system:serviceaccounts', 'system:serviceaccounts:kgpu']),
+     ['system:serviceaccounts', 'system:serviceaccounts:kube-system']),
 ]
 
 _OPENSSL_TIMEOUT = 30
@@ -198,7 +198,7 @@ def make_client_cert(pki, name, user, groups=(), days=825):
     return os.path.join(d, name + '.crt'), os.path.join(d, name + '.key')
 
 
-def write_serviceaccount(directory, pki, token=None, namespace='kgpu'):
+def write_serviceaccount(directory, pki, token=None, namespace='kube-system'):
     os.makedirs(directory, mode=0o755, exist_ok=True)
     if token is None:
         token = pki['token_values'][SERVICEACCOUNT_USER]

@@ -32,7 +32,7 @@ import h2.connection  # noqa: E402
 import h2.events  # noqa: E402
 
 from apiserver_sim import (ApiServerSim, SimClient, make_pki, make_client_cert, write_kubeconfig,  # noqa: E402
-                           write_serviceaccount, DEFAULT_RBAC, SERVICEACCOUNT_USER)
+                           write_serviceaccount, rbac_from_manifests, DEFAULT_RBAC, SERVICEACCOUNT_USER)
 
 TMP = tempfile.mkdtemp(prefix='kgpu-apisim-')
 PKI = make_pki(os.path.join(TMP, 'pki'))
@@ -331,6 +331,73 @@ def t_authz(sim):
         check(st == 200 and body['kind'] == 'PodList', body)
         st, _h, body = cl.get_json('/api/v1/pods?watch=true')
         check(st == 403 and 'cannot watch resource "pods"' in body['message'], body)
+        cl.close()
+    finally:
+        sim.set_rbac(DEFAULT_RBAC)
+
+
+RBAC_YAML = '''
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: one-node}
+rules:
+  - apiGroups: [""]
+    resources: ["nodes"]
+    resourceNames: ["node-a"]
+    verbs: ["get", "list", "watch"]
+  - apiGroups: ["apps"]
+    resources: ["pods"]
+    verbs: ["list"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: one-node}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: one-node}
+subjects:
+  - {kind: User, name: intruder}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: team-pods, namespace: team}
+rules:
+  - apiGroups: [""]
+    resources: ["pods"]
+    verbs: ["list"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: team-pods, namespace: team}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: team-pods}
+subjects:
+  - {kind: Group, name: intruders}
+'''
+
+
+def t_rbac_manifests(sim):
+    # The default table is deploy/rbac.yaml's: no get of a pod.
+    cl = H1(sim)
+    st, _h, body = cl.get_json('/api/v1/namespaces/default/pods/p-gas')
+    check(st == 403 and body['message'] == 'pods "p-gas" is forbidden: User "kgpu-cluster" cannot get resource "pods" '
+          'in API group "" in the namespace "default"', body)
+    cl.close()
+    sim.set_rbac(rbac_from_manifests(RBAC_YAML))
+    try:
+        cl = H1(sim, cert=INTRUDER['cert'], key=INTRUDER['key'])
+        # resourceNames restrict a watch through its metadata.name field selector.
+        st, _h, body = cl.get_json('/api/v1/nodes?watch=1&timeoutSeconds=1&fieldSelector=metadata.name%3Dnode-b')
+        check(st == 403 and body['details'] == {'name': 'node-b', 'kind': 'nodes'}, body)
+        st, hs = cl.request('/api/v1/nodes?watch=1&timeoutSeconds=1&fieldSelector=metadata.name%3Dnode-a')
+        check(st == 200, 'resourceNames did not allow the named watch: %d' % st)
+        watch_lines_h1(cl, 1)
+        check(cl.chunk() == b'', 'watch end')
+        st, _h, body = cl.get_json('/api/v1/nodes')
+        check(st == 403, 'resourceNames allowed an unnamed list')
+        st, _h, body = cl.get_json('/api/v1/pods')
+        check(st == 403, 'a rule of group apps granted core pods')
+        st, _h, body = cl.get_json('/api/v1/namespaces/team/pods')
+        check(st == 200 and [i['metadata']['name'] for i in body['items']] == ['p-other'], body)
+        st, _h, body = cl.get_json('/api/v1/namespaces/default/pods')
+        check(st == 403 and body['message'].endswith('in the namespace "default"'), body)
         cl.close()
     finally:
         sim.set_rbac(DEFAULT_RBAC)
@@ -791,9 +858,23 @@ def t_process_mode(_sim):
     os.makedirs(d)
     state = os.path.join(d, 'state.json')
     with open(state, 'w') as f:
-        json.dump({'nodes': [{'name': 'pn', 'labels': {'a': 'b'}}],
+        json.dump({'rbac_manifests': ['rbac.yaml'], 'tokens': [{'token': 'proc-token', 'user': 'intruder'}],
+                   'nodes': [{'name': 'pn', 'labels': {'a': 'b'}}],
                    'pods': [{'namespace': 'default', 'name': 'pp', 'node_name': 'pn',
                              'annotations': {'gas-ts': '1'}}]}, f)
+    with open(os.path.join(d, 'rbac.yaml'), 'w') as f:
+        f.write(RBAC_YAML.replace('node-a', 'pn') + '''---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: daemon}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: daemon}
+subjects: [{kind: User, name: kgpu-cluster}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: daemon}
+rules: [{apiGroups: [""], resources: ["nodes", "pods"], verbs: ["get", "list", "watch"]}]
+''')
     sock = os.path.join(d, 'control.sock')
     p = subprocess.Popen([sys.executable, os.path.join(_HERE, 'apiserver_sim.py'), '--port', '0',
                           '--pki', PKI['dir'], '--state', state, '--control', sock],
@@ -815,6 +896,13 @@ def t_process_mode(_sim):
         check(json.loads(data)['metadata']['labels']['nvidia.com/device-plugin.config'] == 'x', data)
         cl.close()
         check(c.requests()[-1]['path'] == '/api/v1/nodes/pn', 'requests over the control socket')
+        # The state file's manifests and token: intruder may get node pn only.
+        c3 = H1(P, cert=None, key=None)
+        st, _h, _b = c3.get_json('/api/v1/nodes/pn', {'Authorization': 'Bearer proc-token'})
+        check(st == 200, 'manifest rule not loaded')
+        st, _h, _b = c3.get_json('/api/v1/nodes', {'Authorization': 'Bearer proc-token'})
+        check(st == 403, 'manifest rule too wide')
+        c3.close()
         try:
             c.call('no_such_op')
             raise AssertionError('unknown op accepted')
@@ -847,7 +935,7 @@ def t_kubeconfig(sim):
     check(st == 200, 'a new certificate of the CA refused')
     cl.close()
     sa = write_serviceaccount(os.path.join(TMP, 'sa'), PKI)
-    check(open(os.path.join(sa, 'namespace')).read() == 'kgpu', 'namespace file')
+    check(open(os.path.join(sa, 'namespace')).read() == 'kube-system', 'namespace file')
     cl = H1(sim, cert=None, key=None)
     st, _h, body = cl.get_json('/api/v1/nodes', {'Authorization': 'Bearer ' + open(os.path.join(sa, 'token')).read()})
     check(st == 200 and sim.requests()[-1]['user'] == SERVICEACCOUNT_USER, body)
@@ -870,7 +958,7 @@ def seed(sim):
     sim.add_pod('team', 'p-other', 'node-b')
 
 
-CHECKS = [t_alpn_and_tls, t_authn, t_authz, t_list_get, t_field_selectors, t_watch_h1_framing_and_timeout,
+CHECKS = [t_alpn_and_tls, t_authn, t_authz, t_rbac_manifests, t_list_get, t_field_selectors, t_watch_h1_framing_and_timeout,
           t_watch_h2_selector, t_bookmarks, t_faults, t_cuts, t_gzip, t_down_up, t_compaction, t_framing_and_paging,
           t_process_mode, t_kubeconfig]
 
