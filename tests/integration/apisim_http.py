@@ -54,6 +54,16 @@ class Responder:
     async def reset(self):
         self.abort()
 
+    def watch_peer(self):
+        """From now on, notice when the client goes away (a watch waits for events)."""
+
+    async def stop_watch_peer(self):
+        pass
+
+    def gone(self):
+        """The client closed the connection or reset the stream."""
+        return self.conn.closed
+
 
 class Conn:
     """Base of an accepted TLS connection."""
@@ -99,6 +109,33 @@ class H1Responder(Responder):
         self.conn = conn
         self.started = False
         self.ended = False
+        self.peer_closed = False
+
+    def watch_peer(self):
+        # As Go's server does for a handler still running: read on in the background and
+        # cancel the request when the client closes.
+        async def read_until_eof():
+            try:
+                while True:
+                    d = await self.conn.reader.read(4096)
+                    if not d:
+                        break
+            except (ConnectionError, OSError, ssl.SSLError):
+                pass
+            self.peer_closed = True
+        t = asyncio.ensure_future(read_until_eof())
+        self.conn.tasks.add(t)
+        t.add_done_callback(self.conn.tasks.discard)
+        self.peer_task = t
+
+    async def stop_watch_peer(self):
+        t = getattr(self, 'peer_task', None)
+        if t is not None and not t.done():
+            t.cancel()
+            await asyncio.wait([t], timeout=1)      # the reader is free for the next request
+
+    def gone(self):
+        return self.conn.closed or self.peer_closed
 
     async def start(self, code, headers, length=None):
         reason = {200: 'OK', 400: 'Bad Request', 401: 'Unauthorized', 403: 'Forbidden',
@@ -134,6 +171,9 @@ class H1Responder(Responder):
         await self.conn.drain()
 
     async def end(self):
+        # Stop the background reader before the last chunk: the client may send its next
+        # request as soon as it has that chunk.
+        await self.stop_watch_peer()
         if self.chunked and not self.ended:
             self.conn.writer.write(b'0\r\n\r\n')
             await self.conn.drain()
@@ -233,6 +273,9 @@ class H2Responder(Responder):
             except h2.exceptions.StreamClosedError:
                 return
             await self.conn.flush()
+
+    def gone(self):
+        return self.conn.closed or self.sid in self.conn.reset_streams
 
     async def reset(self):
         try:

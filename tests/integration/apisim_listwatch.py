@@ -15,6 +15,9 @@ from apisim_wire import (CONTINUE_EXPIRED, CUT, KINDS, MIN_REQUEST_TIMEOUT, Even
                          _dumps, _invalid, _invalid_list_options, _key, _keystr, _on_loop, status_obj, with_kind)
 
 
+PEER_POLL = 0.25      # how often a waiting watch looks whether its client is still there
+
+
 class ListWatch:
     async def _list(self, req, resp, resource, match, fault):
         rvs = req.query.get('resourceVersion', '')
@@ -160,6 +163,7 @@ class ListWatch:
                 await resp.write((_dumps({'type': 'ERROR', 'object': st}) + '\n').encode())
                 await resp.end()
                 return
+            resp.watch_peer()
             deadline = time.monotonic() + timeout
             next_bm = time.monotonic() + self.bookmark_interval
             kind = fault['kind'] if fault is not None else None
@@ -184,7 +188,9 @@ class ListWatch:
                     now = time.monotonic()
                     if now >= deadline:
                         break
-                    wait = deadline - now
+                    if resp.gone():
+                        return          # the client went away: the watch ends (no write)
+                    wait = min(deadline - now, PEER_POLL)
                     if bookmarks:
                         wait = min(wait, max(0.0, next_bm - now))
                     try:
@@ -230,6 +236,7 @@ class ListWatch:
                 sent += 1
             await resp.end()
         finally:
+            await resp.stop_watch_peer()
             self.watchers.discard(w)
 
     def _error_event_status(self, params, n):

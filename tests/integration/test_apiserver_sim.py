@@ -468,6 +468,29 @@ def t_watch_h1_framing_and_timeout(sim):
     st, _h, body = cl.get_json('/api/v1/nodes/node-a')
     check(st == 200, st)
     cl.close()
+    # A client that goes away ends its watch on the server (HTTP/1.1 and an HTTP/2 reset).
+    base = len(sim.watches('pods'))
+    cl = H1(sim)
+    cl.request('/api/v1/pods?watch=1&timeoutSeconds=60')
+    check(sim.wait_watches(base + 1, 'pods', 5), 'the watch did not open')
+    cl.close()
+    end = time.time() + 5
+    while time.time() < end and len(sim.watches('pods')) > base:
+        time.sleep(0.05)
+    check(len(sim.watches('pods')) == base, 'a closed HTTP/1.1 client still counts as a watch')
+    c2 = H2(sim)
+    sid = c2.start('/api/v1/pods?watch=1&timeoutSeconds=60')
+    c2.wait(sid, lambda s: s['headers'] is not None)
+    check(sim.wait_watches(base + 1, 'pods', 5), 'the h2 watch did not open')
+    c2.c.reset_stream(sid)
+    c2.s.sendall(c2.c.data_to_send())
+    end = time.time() + 5
+    while time.time() < end and len(sim.watches('pods')) > base:
+        time.sleep(0.05)
+    check(len(sim.watches('pods')) == base, 'a reset HTTP/2 stream still counts as a watch')
+    st, _h, _b = c2.get('/api/v1/nodes')
+    check(st == 200, 'the h2 connection is unusable after a stream reset')
+    c2.close()
 
 
 def t_watch_h2_selector(sim):
