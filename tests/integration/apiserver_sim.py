@@ -140,7 +140,14 @@
 #    fieldSelector metadata.name=X is authorized as that name (RequestInfoFactory), so
 #    RBAC resourceNames restrict such a list or watch.
 #  - Verbs: GET collection = list, GET collection with watch=1|true = watch, GET object =
-#    get.
+#    get. The deprecated /api/v1/watch/<collection>[/<name>] paths are watches; a name
+#    there becomes a metadata.name field selector (a different one: 400 "fieldSelector
+#    metadata.name doesn't match requested name").
+#  - Accept: application/json, */* and application/* are answered in JSON; anything else
+#    gets 406 NotAcceptable "only the following media types are accepted:
+#    application/json, application/yaml, application/vnd.kubernetes.protobuf" (the list
+#    is the real server's; YAML and protobuf answers are not simulated, so those two are
+#    refused here where the real server would answer in them).
 #  - Lists: {"kind":"NodeList"|"PodList","apiVersion":"v1","metadata":
 #    {"resourceVersion":"N"},"items":[...]}; items carry no kind/apiVersion. A single
 #    object and a watch event's object carry kind "Node"/"Pod", apiVersion "v1".
@@ -227,7 +234,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from apisim_pki import (make_pki, make_client_cert, write_kubeconfig, write_serviceaccount,  # noqa: E402,F401
                         read_token_file, SERVICEACCOUNT_USER)  # (re-exported)
 from apisim_wire import (CALL_TIMEOUT, DEFAULT_RBAC, GZIP_THRESHOLD, H1_BUFFER, H2_BUFFER,  # noqa: E402,F401
-                         MAX_REQUEST_HEADER, HttpError, _dumps, make_matcher, parse_field_selector,
+                         MAX_REQUEST_HEADER, HttpError, _bad_request, _dumps, make_matcher, parse_field_selector,
                          parse_label_selector, status_obj, with_kind)
 from apisim_http import H1Conn, H2Conn, H2Responder  # noqa: E402
 
@@ -472,6 +479,11 @@ class ApiServerSim(SimState, ListWatch):
         if len(p) < 3 or p[0] != 'api' or p[1] != 'v1':
             return None
         rest = p[2:]
+        req.legacy_watch = False
+        if rest[0] == 'watch' and len(rest) >= 2:
+            # The deprecated /api/v1/watch/... paths: a watch, named or not.
+            req.legacy_watch = True
+            rest = rest[1:]
         if rest[0] == 'namespaces' and len(rest) >= 3:
             ns, rest = rest[1], rest[2:]
             if rest[0] != 'pods' or len(rest) > 2:
@@ -522,9 +534,16 @@ class ApiServerSim(SimState, ListWatch):
                 raise HttpError(404, status_obj(404, 'NotFound', 'the server could not find the requested resource',
                                                 {}))
             resource, namespace, name = route
-            watch = req.query.get('watch', '').lower() in ('1', 'true')
-            verb = 'get' if name else ('watch' if watch else 'list')
+            watch = req.query.get('watch', '').lower() in ('1', 'true') or req.legacy_watch
+            verb = 'get' if name and not req.legacy_watch else ('watch' if watch else 'list')
             fsel = parse_field_selector(resource, req.query.get('fieldSelector', ''))
+            if req.legacy_watch and name:
+                # ListResource: the path's name becomes a metadata.name field selector.
+                named = [v for f, op, v in fsel if f == 'metadata.name' and op == '=']
+                if fsel and (not named or named[0] != name):
+                    raise _bad_request("fieldSelector metadata.name doesn't match requested name")
+                if not fsel:
+                    fsel = [('metadata.name', '=', name)]
             authz_name = name
             if not name:
                 for f, op, v in fsel:
@@ -540,12 +559,20 @@ class ApiServerSim(SimState, ListWatch):
                                                 {}))
             if not self._authorize(req.user, req.groups, verb, resource, namespace, authz_name):
                 raise self._forbidden(req.user, verb, resource, authz_name, namespace)
+            accept = req.headers.get('accept', '')
+            if accept and not any(m.split(';')[0].strip() in ('application/json', '*/*', 'application/*')
+                                  for m in accept.split(',')):
+                raise HttpError(406, status_obj(406, 'NotAcceptable', 'only the following media types are accepted: '
+                                                'application/json, application/yaml, '
+                                                'application/vnd.kubernetes.protobuf'))
             fault = self._take_fault(resource, verb)
             if fault is not None:
                 if await self._apply_fault(req, resp, fault, resource, verb):
                     return
             match = make_matcher(resource, namespace, fsel,
                                  parse_label_selector(req.query.get('labelSelector', '')))
+            if req.legacy_watch:
+                name = None
             if verb == 'get':
                 await self._get(req, resp, resource, namespace, name, fault)
             elif verb == 'list':

@@ -32,6 +32,7 @@ class Request:
         self.conn = conn
         self.user = None
         self.groups = []
+        self.legacy_watch = False
 
 
 class Responder:

@@ -827,6 +827,24 @@ def t_framing_and_paging(sim):
     # spec.host is the old name of spec.nodeName.
     st, _h, body = cl.get_json('/api/v1/pods?fieldSelector=spec.host%3Dnode-b')
     check([i['metadata']['name'] for i in body['items']] == ['p-other'], body)
+    # Accept: JSON (or anything) answered, others 406.
+    st, _h, body = cl.get_json('/api/v1/nodes', {'Accept': 'application/vnd.kubernetes.protobuf'})
+    check(st == 406 and body['reason'] == 'NotAcceptable' and body['message'].startswith(
+        'only the following media types are accepted: application/json'), body)
+    st, _h, body = cl.get_json('/api/v1/nodes', {'Accept': 'application/vnd.kubernetes.protobuf, application/json'})
+    check(st == 200, 'a JSON alternative refused')
+    # The deprecated watch paths.
+    st, hs = cl.request('/api/v1/watch/nodes/node-b?timeoutSeconds=1')
+    ev = watch_lines_h1(cl, 1)
+    check(st == 200 and [e['object']['metadata']['name'] for e in ev] == ['node-b'], ev)
+    check(cl.chunk() == b'', 'legacy watch end')
+    check(sim.requests()[-1]['verb'] == 'watch', sim.requests()[-1])
+    st, _h, body = cl.get_json('/api/v1/watch/nodes/node-b?fieldSelector=metadata.name%3Dnode-a')
+    check(st == 400 and body['message'] == "fieldSelector metadata.name doesn't match requested name", body)
+    st, hs = cl.request('/api/v1/watch/namespaces/team/pods?timeoutSeconds=1')
+    ev = watch_lines_h1(cl, 1)
+    check([e['object']['metadata']['name'] for e in ev] == ['p-other'], ev)
+    check(cl.chunk() == b'', 'legacy namespaced watch end')
     # Watch options as validateWatchOptions checks them.
     st, _h, body = cl.get_json('/api/v1/nodes?watch=1&resourceVersionMatch=NotOlderThan')
     check(st == 422 and body['message'] == 'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: '
