@@ -60,8 +60,12 @@
 #                                   unsized)
 #
 #   Faults:
-#   sim.down()      stop accepting and close every connection; sim.up() listens again on
-#                   the same port
+#   sim.down(graceful=False)   stop accepting and close every connection (graceful:
+#                   watches end cleanly, HTTP/2 gets GOAWAY NO_ERROR, then the close);
+#                   sim.up() listens again on the same port
+#   sim.kubeconfig(path, user='kgpu-cluster', token=False, embed=True) -> path
+#                   a kubeconfig for this server and a user of the PKI (client
+#                   certificate, or with token=True its token file)
 #   sim.slow(headers=0.0, events=0.0)   delay before every response's headers / before
 #                   every watch event (0, 0 = off)
 #   sim.cut_watches(mode='close', resource=None) -> number of streams cut
@@ -356,6 +360,14 @@ class ApiServerSim(SimState, ListWatch):
             pass
         self._thread.join(CALL_TIMEOUT)
         self._thread = None
+
+    def kubeconfig(self, path, user='kgpu-cluster', token=False, embed=True):
+        u = self.pki['users'].get(user, {})
+        if token:
+            return write_kubeconfig(path, self.url, ca=self.pki['ca'], token_file=self.pki['token_files'][user],
+                                    embed=embed, user=user)
+        return write_kubeconfig(path, self.url, ca=self.pki['ca'], client_cert=u['cert'], client_key=u['key'],
+                                embed=embed, user=user)
 
     def __enter__(self):
         return self.start()

@@ -87,6 +87,9 @@ class Conn:
             if t is not asyncio.current_task():
                 t.cancel()
 
+    def goaway(self):
+        """A server going down: HTTP/2 sends GOAWAY; HTTP/1.1 has nothing to say."""
+
     async def drain(self):
         await asyncio.wait_for(self.writer.drain(), WRITE_TIMEOUT)
 
@@ -288,6 +291,15 @@ class H2Responder(Responder):
 
 class H2Conn(Conn):
     proto = 'h2'
+
+    def goaway(self):
+        if self.closed or not hasattr(self, 'h2'):
+            return
+        try:
+            self.h2.close_connection(h2.errors.ErrorCodes.NO_ERROR)
+            self.writer.write(self.h2.data_to_send())
+        except (h2.exceptions.ProtocolError, ConnectionError, OSError):
+            pass
 
     async def flush(self):
         data = self.h2.data_to_send()

@@ -119,11 +119,13 @@ class ListWatch:
         if errs:
             raise _invalid(errs)
         try:
-            timeout = float(q['timeoutSeconds']) if 'timeoutSeconds' in q else (
-                self.default_watch_timeout if self.default_watch_timeout is not None
-                else MIN_REQUEST_TIMEOUT * (1 + random.random()))
+            timeout = int(q['timeoutSeconds']) if 'timeoutSeconds' in q else 0
         except ValueError:
             raise _bad_request('timeoutSeconds: invalid value %r' % q.get('timeoutSeconds'))
+        if timeout == 0:
+            # No (or zero) timeoutSeconds: the minimum request timeout times [1, 2).
+            timeout = (self.default_watch_timeout if self.default_watch_timeout is not None
+                       else MIN_REQUEST_TIMEOUT * (1 + random.random()))
         n = None
         if rvs not in ('', '0'):
             try:

@@ -13,13 +13,37 @@ import uuid
 
 from apisim_wire import CALL_TIMEOUT, CUT, Event, _key, _now, _on_loop
 
+GRACE_SECONDS = 0.5
+
 
 class SimState:
     # --------------------------------------------------------------- faults, public
     @_on_loop
-    def down(self):
-        """Stops listening and closes every connection."""
-        self._close_all()
+    def down(self, graceful=False):
+        """Stops listening and closes every connection. graceful=True: as a server that
+        shuts down, open watches end cleanly, HTTP/2 connections get GOAWAY (NO_ERROR),
+        and the connections close a moment later."""
+        if not graceful:
+            self._close_all()
+            return True
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for w in list(self.watchers):
+            w.cut_mode = 'end'
+            w.queue.put_nowait(CUT)
+        conns = list(self.conns)
+
+        async def close_later():
+            end = time.monotonic() + GRACE_SECONDS
+            while self.watchers and time.monotonic() < end:
+                await asyncio.sleep(0.02)       # the watches write their clean end first
+            for c in conns:
+                c.goaway()
+            await asyncio.sleep(GRACE_SECONDS)
+            for c in conns:
+                c.abort()
+        asyncio.ensure_future(close_later())
         return True
 
     def up(self):

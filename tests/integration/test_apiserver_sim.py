@@ -775,6 +775,24 @@ def t_down_up(sim):
         pass
     sim.up()
     check(sim.wait_up(5), 'not up again')
+    # Graceful: the watch ends cleanly (END_STREAM), then GOAWAY and the close.
+    cl = H2(sim)
+    sid = cl.start('/api/v1/nodes?watch=1&timeoutSeconds=30')
+    cl.wait(sid, lambda s: len(events_of(s['data'])) >= 2)
+    check(sim.wait_watches(1, 'nodes', 5), 'watch not open')
+    goaway = []
+    orig = cl.c.receive_data
+
+    def spy(d):
+        evs = orig(d)
+        goaway.extend(e for e in evs if isinstance(e, h2.events.ConnectionTerminated))
+        return evs
+    cl.c.receive_data = spy
+    sim.down(graceful=True)
+    st = cl.wait(sid, lambda s: s['ended'] and s['closed'], 5)
+    check(goaway and goaway[0].error_code == 0, 'no GOAWAY NO_ERROR: %r' % goaway)
+    sim.up()
+    check(sim.wait_up(5), 'not up again after a graceful down')
     cl = H1(sim)
     st, _h, body = cl.get_json('/api/v1/nodes')
     check(st == 200 and len(body['items']) == 2, 'state lost over down/up')
@@ -961,8 +979,7 @@ rules: [{apiGroups: [""], resources: ["nodes", "pods"], verbs: ["get", "list", "
 
 def t_kubeconfig(sim):
     import yaml
-    kc = write_kubeconfig(os.path.join(TMP, 'kc-embed'), sim.url, ca=PKI['ca'], client_cert=USER['cert'],
-                          client_key=USER['key'])
+    kc = sim.kubeconfig(os.path.join(TMP, 'kc-embed'))
     y = yaml.safe_load(open(kc))
     check(y['kind'] == 'Config' and y['current-context'] == 'kgpu-test', y)
     import base64
