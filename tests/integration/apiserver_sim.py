@@ -335,13 +335,6 @@ class ApiServerSim(SimState, ListWatch):
         try:
             loop.run_forever()
         finally:
-            self._close_all()
-            for t in asyncio.all_tasks(loop):
-                t.cancel()
-            try:
-                loop.run_until_complete(asyncio.sleep(0))
-            except Exception:
-                pass
             loop.close()
 
     async def _listen(self):
@@ -355,11 +348,29 @@ class ApiServerSim(SimState, ListWatch):
             return
         loop = self._loop
         try:
-            loop.call_soon_threadsafe(loop.stop)
+            asyncio.run_coroutine_threadsafe(self._shutdown(), loop)
         except RuntimeError:
             pass
         self._thread.join(CALL_TIMEOUT)
+        if self._thread.is_alive():     # never hang a test: the thread is a daemon
+            try:
+                loop.call_soon_threadsafe(loop.stop)
+            except RuntimeError:
+                pass
         self._thread = None
+
+    async def _shutdown(self):
+        """On the loop: close the listener and every connection, end every task, stop."""
+        self._close_all()
+        me = asyncio.current_task()
+        for _ in range(3):          # cancelled tasks may start others (aborts): a few rounds
+            tasks = [t for t in asyncio.all_tasks() if t is not me]
+            if not tasks:
+                break
+            for t in tasks:
+                t.cancel()
+            await asyncio.wait(tasks, timeout=2)
+        asyncio.get_running_loop().stop()
 
     def kubeconfig(self, path, user='kgpu-cluster', token=False, embed=True):
         u = self.pki['users'].get(user, {})

@@ -83,8 +83,12 @@ class Conn:
                 self.writer.transport.abort()
             except Exception:
                 pass
+        try:
+            me = asyncio.current_task()
+        except RuntimeError:
+            me = None
         for t in list(self.tasks):
-            if t is not asyncio.current_task():
+            if t is not me:
                 t.cancel()
 
     def goaway(self):
