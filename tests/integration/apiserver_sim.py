@@ -179,7 +179,9 @@
 #    410 reason Expired message "too old resource version: N (C)" (cacher watchCache),
 #    then ends. allowWatchBookmarks=true: BOOKMARK events whose object is only
 #    {"kind","apiVersion","metadata":{"resourceVersion"}} with the newest revision the
-#    cache has seen (it may be of an object this watch does not match).
+#    cache has seen (it may be of an object this watch does not match), about every
+#    minute (bookmark interval, configurable) and once 2 s before the watch's deadline
+#    (cacheWatcher.nextBookmarkTime).
 #    Watch options (validateWatchOptions): resourceVersionMatch only with
 #    sendInitialEvents and only NotOlderThan, sendInitialEvents only with
 #    resourceVersionMatch=NotOlderThan, else 422. sendInitialEvents=true: ADDED events for

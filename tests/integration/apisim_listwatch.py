@@ -167,7 +167,7 @@ class ListWatch:
                 return
             resp.watch_peer()
             deadline = time.monotonic() + timeout
-            next_bm = time.monotonic() + self.bookmark_interval
+            next_bm = self._next_bookmark(time.monotonic(), deadline)
             kind = fault['kind'] if fault is not None else None
             params = fault['params'] if fault is not None else {}
             after = int(params.get('after', 0))
@@ -193,12 +193,12 @@ class ListWatch:
                     if resp.gone():
                         return          # the client went away: the watch ends (no write)
                     wait = min(deadline - now, PEER_POLL)
-                    if bookmarks:
+                    if bookmarks and next_bm is not None:
                         wait = min(wait, max(0.0, next_bm - now))
                     try:
                         item = await asyncio.wait_for(w.queue.get(), wait)
                     except asyncio.TimeoutError:
-                        if bookmarks and time.monotonic() >= next_bm:
+                        if bookmarks and next_bm is not None and time.monotonic() >= next_bm:
                             item = ('BOOKMARK', None)
                         else:
                             continue
@@ -219,7 +219,7 @@ class ListWatch:
                     if typ == 'BOOKMARK-END':
                         md['annotations'] = {'k8s.io/initial-events-end': 'true'}
                     line = _dumps({'type': 'BOOKMARK', 'object': self._bookmark_object(resource, md)})
-                    next_bm = time.monotonic() + self.bookmark_interval
+                    next_bm = self._next_bookmark(time.monotonic(), deadline)
                 else:
                     if pad is not None and sent >= after:
                         obj = self._pad(obj, pad)
@@ -240,6 +240,12 @@ class ListWatch:
         finally:
             await resp.stop_watch_peer()
             self.watchers.discard(w)
+
+    def _next_bookmark(self, now, deadline):
+        """cacheWatcher.nextBookmarkTime: every bookmark interval, and 2 s before the
+        watch's deadline; none once that moment has passed."""
+        t = min(now + self.bookmark_interval, deadline - 2.0)
+        return None if t < now else t
 
     def _error_event_status(self, params, n):
         code = int(params.get('code', 410))

@@ -540,6 +540,18 @@ def t_bookmarks(sim):
         bm = ev[0]
         check(bm == {'type': 'BOOKMARK', 'object': {'kind': 'Pod', 'apiVersion': 'v1',
                                                     'metadata': {'resourceVersion': str(rv + 1)}}}, bm)
+        # The bookmark 2 s before the deadline, with the interval far away.
+        sim.set_bookmark_interval(60)
+        sid4 = cl.start('/api/v1/nodes?watch=1&allowWatchBookmarks=true&resourceVersion=%d&timeoutSeconds=3'
+                        % sim.resource_version())
+        t0 = time.time()
+        st4 = cl.wait(sid4, lambda s: len(events_of(s['data'])) >= 1, 5)
+        took = time.time() - t0
+        check(events_of(st4['data'])[0]['type'] == 'BOOKMARK' and 0.5 < took < 2.5,
+              'pre-timeout bookmark after %.1fs: %r' % (took, st4['data']))
+        cl.wait(sid4, lambda s: s['ended'], 5)
+        check(len(events_of(st4['data'])) == 1, 'more than the one pre-timeout bookmark')
+        sim.set_bookmark_interval(0.3)
         # Without allowWatchBookmarks: none.
         sid2 = cl.start('/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=1' % (rv + 1))
         st2 = cl.wait(sid2, lambda s: s['ended'], 5)
