@@ -3,12 +3,14 @@
 # apiserver_sim.py — an independent Kubernetes API server simulator for kgpu-clusterd's
 # tests: HTTPS (TLS 1.2+, the test PKI of apisim_pki.py), ALPN h2 + http/1.1 (HTTP/2
 # through python3-h2, HTTP/1.1 by hand), nodes and pods, list and watch as
-# kube-apiserver answers them on the wire. Standard library + python3-h2 only; nothing
-# from kgpu. It runs in-process (an asyncio loop in a daemon thread) or as a process.
+# kube-apiserver answers them on the wire. Standard library, Debian's python3-h2 and
+# python3-yaml (RBAC manifests) and the openssl command; nothing from kgpu. It runs
+# in-process (an asyncio loop in a daemon thread) or as a process.
 # Parts: apisim_wire.py (Status objects, selectors, watch-event conversion),
 # apisim_http.py (HTTP/1.1 and HTTP/2 transports), apisim_state.py (objects, revisions,
-# faults, observation), apisim_listwatch.py (list and watch), apisim_pki.py (test PKI,
-# kubeconfig). Import everything from this module.
+# faults, observation), apisim_listwatch.py (list and watch), apisim_rbac.py
+# (authorization table, RBAC manifests), apisim_pki.py (test PKI, kubeconfig, service
+# account files). Import everything from this module.
 #
 # ---------------------------------------------------------------------------------------
 # Python API (stable; later changes only add)
@@ -17,7 +19,9 @@
 #                              write_kubeconfig, write_serviceaccount)
 #   pki = make_pki(tmpdir + '/pki')                      # see apisim_pki.py
 #   sim = ApiServerSim(pki, port=0, http1_only=False, rbac=None, anonymous=False,
-#                      bookmark_interval=60.0, default_watch_timeout=1800.0)
+#                      bookmark_interval=60.0, default_watch_timeout=None)
+#       default_watch_timeout: seconds a watch without timeoutSeconds lasts (None: as
+#       the server, a random time in [1800, 3600))
 #   sim.start()          -> returns once listening; sim.port, sim.url ('https://127.0.0.1:P')
 #   sim.stop()           closes the listener and every connection, ends the thread
 #   with ApiServerSim(pki) as sim: ...                   # start/stop
@@ -92,7 +96,7 @@
 #                     | 500 (InternalError) | other with reason=, message=
 #         'truncated' the list/get body stops half way and the connection closes
 #         'slow'      headers=s, events=s for the requests it hits
-#         'hang'      headers never come (until stop/down/cut)
+#         'hang'      headers never come (seconds=, default 3600; stop/down end it)
 #   sim.remove_fault(fid)   sim.clear_faults()
 #   sim.add_token(token, user, groups=())   sim.remove_token(token)   (the token table)
 #
@@ -195,14 +199,15 @@
 #  - Field selectors (fieldSelector=a=b,c!=d, "==" too): nodes support metadata.name
 #    and spec.unschedulable; pods metadata.name, metadata.namespace, spec.nodeName,
 #    spec.restartPolicy, spec.schedulerName, spec.serviceAccountName, spec.hostNetwork,
-#    status.phase, status.podIP, status.nominatedNodeName (pkg/apis/core/v1 field label
+#    status.phase, status.podIP, status.podIPs, status.nominatedNodeName, and spec.host
+#    as the old name of spec.nodeName (pkg/apis/core/v1/conversion.go field label
 #    conversion funcs); anything else: 400 BadRequest "field label not supported: X".
 #    Watch filtering as the cacher's cacheWatcher.convertToWatchEvent: an object that
 #    starts matching arrives as ADDED, keeps matching MODIFIED, stops matching DELETED
 #    (the previous object's content with the new resourceVersion).
 #  - Errors as Status objects: 404 NotFound '<resource> "<name>" not found' details
-#    {"name","kind"}; 429 TooManyRequests with Retry-After and details
-#    .retryAfterSeconds; 500 InternalError "Internal error occurred: ..." with
+#    {"name","kind"}; (style='status') 429 TooManyRequests with Retry-After and
+#    details.retryAfterSeconds; 500 InternalError "Internal error occurred: ..." with
 #    details.causes; headers Cache-Control "no-cache, private", Audit-Id.
 #  - Responses of 128 KiB or more are gzip-compressed when the client sends
 #    Accept-Encoding: gzip (APIResponseCompression); watch streams are not.
@@ -215,6 +220,10 @@
 #    Retry-After header (responsewriters.ErrorNegotiated).
 #  - Non-resource paths are authorized as verb get on the path: 'forbidden: User "u"
 #    cannot get path "/p"'; a permitted unknown path is Go's text "404 page not found".
+#  - Limits of the simulation: the TLS handshake trusts the test PKI's CA and rogue CA
+#    only (a certificate of any other CA fails the handshake instead of getting 401);
+#    only nodes and pods of the core group exist; no writes (POST/PUT/PATCH/DELETE are
+#    authorized, then 405); no YAML or protobuf; no APF queuing beyond injected 429s.
 #  - Watch cache window: the cacher keeps a window per resource; here one global
 #    compaction point plays it, and the second number of "too old resource version" is
 #    that point.
