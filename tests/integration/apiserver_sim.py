@@ -3,8 +3,8 @@
 # apiserver_sim.py — an independent Kubernetes API server simulator for kgpu-clusterd's
 # tests: HTTPS (TLS 1.2+, the test PKI of apisim_pki.py), ALPN h2 + http/1.1 (HTTP/2
 # through python3-h2, HTTP/1.1 by hand), nodes and pods, list and watch as
-# kube-apiserver answers them on the wire. Standard library, Debian's python3-h2 and
-# python3-yaml (RBAC manifests) and the openssl command; nothing from kgpu. It runs
+# kube-apiserver answers them on the wire. Standard library, Debian's python3-h2 (and
+# python3-yaml only to read RBAC manifests) and the openssl command; nothing from kgpu. It runs
 # in-process (an asyncio loop in a daemon thread) or as a process.
 # Parts: apisim_wire.py (Status objects, selectors, watch-event conversion),
 # apisim_http.py (HTTP/1.1 and HTTP/2 transports), apisim_state.py (objects, revisions,
