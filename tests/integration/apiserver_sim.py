@@ -4,8 +4,8 @@
 # tests: HTTPS (TLS 1.2+, the test PKI of apisim_pki.py), ALPN h2 + http/1.1 (HTTP/2
 # through python3-h2, HTTP/1.1 by hand), nodes and pods, list and watch as
 # kube-apiserver answers them on the wire. Standard library, Debian's python3-h2 (and
-# python3-yaml only to read RBAC manifests) and the openssl command; nothing from kgpu. It runs
-# in-process (an asyncio loop in a daemon thread) or as a process.
+# python3-yaml only to read RBAC manifests) and the openssl command; nothing from kgpu.
+# It runs in-process (an asyncio loop in a daemon thread) or as a process.
 # Parts: apisim_wire.py (Status objects, selectors, watch-event conversion),
 # apisim_http.py (HTTP/1.1 and HTTP/2 transports), apisim_state.py (objects, revisions,
 # faults, observation), apisim_listwatch.py (list and watch), apisim_rbac.py
@@ -249,7 +249,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from apisim_pki import (make_pki, make_client_cert, write_kubeconfig, write_serviceaccount,  # noqa: E402,F401
                         read_token_file, SERVICEACCOUNT_USER)  # (re-exported)
 from apisim_wire import (CALL_TIMEOUT, DEFAULT_RBAC, GZIP_THRESHOLD, H1_BUFFER, H2_BUFFER,  # noqa: E402,F401
-                         MAX_REQUEST_HEADER, HttpError, _bad_request, _dumps, make_matcher, parse_field_selector,
+                         EXPIRED_LIST, MAX_REQUEST_HEADER, HttpError, _bad_request, _dumps, make_matcher,
+                         parse_field_selector,
                          parse_label_selector, status_obj, with_kind)
 from apisim_http import H1Conn, H2Conn, H2Responder  # noqa: E402
 
@@ -648,11 +649,12 @@ class ApiServerSim(SimState, ListWatch):
                                 {'causes': [{'message': m}]})
             elif code == 503:
                 ra = int(p.get('retry_after', 1))
-                st = status_obj(503, 'ServiceUnavailable', p.get('message', 'the server is currently unable to handle the request'),
+                st = status_obj(503, 'ServiceUnavailable',
+                                p.get('message', 'the server is currently unable to handle the request'),
                                 {'retryAfterSeconds': ra})
                 extra = [('Retry-After', str(ra))]
             elif code == 410:
-                st = status_obj(410, 'Expired', p.get('message', 'The resourceVersion for the provided list is too old.'))
+                st = status_obj(410, 'Expired', p.get('message', EXPIRED_LIST))
             else:
                 st = status_obj(code, p.get('reason', 'InternalError'), p.get('message', 'simulated error %d' % code))
             raise HttpError(code, st, extra)

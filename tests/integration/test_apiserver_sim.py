@@ -316,7 +316,8 @@ def t_authz(sim):
     st, _h, body = cl.get_json('/api/v1/nodes?watch=1&fieldSelector=metadata.name%3Dnode-a')
     check(st == 403, st)
     check(body == status_body(403, 'Forbidden', 'nodes "node-a" is forbidden: User "intruder" cannot watch resource '
-                              '"nodes" in API group "" at the cluster scope', {'name': 'node-a', 'kind': 'nodes'}), body)
+                              '"nodes" in API group "" at the cluster scope',
+                              {'name': 'node-a', 'kind': 'nodes'}), body)
     st, _h, body = cl.get_json('/api/v1/namespaces/default/pods')
     check(body == status_body(403, 'Forbidden', 'pods is forbidden: User "intruder" cannot list resource "pods" in '
                               'API group "" in the namespace "default"', {'kind': 'pods'}), body)
@@ -418,7 +419,8 @@ def t_list_get(sim):
     check(st == 200 and body['kind'] == 'Node' and body['apiVersion'] == 'v1'
           and body['metadata']['name'] == 'node-a', body)
     st, hs, body = cl.get_json('/api/v1/nodes/nope')
-    check(st == 404 and body == status_body(404, 'NotFound', 'nodes "nope" not found', {'name': 'nope', 'kind': 'nodes'}),
+    check(st == 404 and body == status_body(404, 'NotFound', 'nodes "nope" not found',
+                                            {'name': 'nope', 'kind': 'nodes'}),
           body)
     st, hs, body = cl.get_json('/api/v1/pods')
     check(body['kind'] == 'PodList' and len(body['items']) == 3, body)
@@ -452,7 +454,8 @@ def t_watch_h1_framing_and_timeout(sim):
     cl = H1(sim)
     rv = sim.resource_version()
     t0 = time.time()
-    st, hs = cl.request('/api/v1/nodes?watch=1&resourceVersion=%d&timeoutSeconds=2&fieldSelector=metadata.name%%3Dnode-a'
+    st, hs = cl.request('/api/v1/nodes?watch=1&resourceVersion=%d&timeoutSeconds=2'
+                        '&fieldSelector=metadata.name%%3Dnode-a'
                         % rv)
     check(st == 200 and hs.get('transfer-encoding') == 'chunked' and 'content-length' not in hs, hs)
     check(hs['content-type'] == 'application/json', hs)
@@ -516,7 +519,8 @@ def t_watch_h2_selector(sim):
     sim.update_pod('default', 'p-gas', annotations={'gas-ts': '2'})
     st = cl.wait(sid, lambda s: len(events_of(s['data'])) >= n0 + 3)
     ev = events_of(st['data'])[n0 + 1:]
-    check([(e['type'], e['object']['metadata']['name']) for e in ev] == [('ADDED', 'p-plain'), ('MODIFIED', 'p-gas')], ev)
+    check([(e['type'], e['object']['metadata']['name']) for e in ev]
+          == [('ADDED', 'p-plain'), ('MODIFIED', 'p-gas')], ev)
     sim.delete_pod('default', 'p-gas')
     st = cl.wait(sid, lambda s: len(events_of(s['data'])) >= n0 + 4)
     e = events_of(st['data'])[-1]
@@ -588,7 +592,8 @@ def t_compaction(sim):
                                                          % (old, cur))}], ev)
     check(cl.chunk() == b'', 'the expired watch did not end')
     st, _h, body = cl.get_json('/api/v1/nodes?resourceVersion=%d&resourceVersionMatch=Exact' % old)
-    check(st == 410 and body == status_body(410, 'Expired', 'The resourceVersion for the provided list is too old.'), body)
+    check(st == 410 and body == status_body(410, 'Expired', 'The resourceVersion for the provided list is too old.'),
+          body)
     st, _h, body = cl.get_json('/api/v1/nodes?resourceVersion=%d&resourceVersionMatch=NotOlderThan' % old)
     check(st == 200 and body['metadata']['resourceVersion'] == str(cur), body)
     st, _h, body = cl.get_json('/api/v1/nodes?resourceVersion=%d' % old)
@@ -995,7 +1000,8 @@ def t_kubeconfig(sim):
     y = yaml.safe_load(open(kc))
     check(y['kind'] == 'Config' and y['current-context'] == 'kgpu-test', y)
     import base64
-    check(base64.b64decode(y['clusters'][0]['cluster']['certificate-authority-data']) == open(PKI['ca'], 'rb').read(), y)
+    check(base64.b64decode(y['clusters'][0]['cluster']['certificate-authority-data'])
+          == open(PKI['ca'], 'rb').read(), y)
     check(y['clusters'][0]['cluster']['server'] == sim.url, y)
     check(os.stat(kc).st_mode & 0o777 == 0o600, 'kubeconfig not 0600')
     # A rotated client certificate and the service account files.
@@ -1028,7 +1034,8 @@ def seed(sim):
     sim.add_pod('team', 'p-other', 'node-b')
 
 
-CHECKS = [t_alpn_and_tls, t_authn, t_authz, t_rbac_manifests, t_list_get, t_field_selectors, t_watch_h1_framing_and_timeout,
+CHECKS = [t_alpn_and_tls, t_authn, t_authz, t_rbac_manifests, t_list_get, t_field_selectors,
+          t_watch_h1_framing_and_timeout,
           t_watch_h2_selector, t_bookmarks, t_faults, t_cuts, t_gzip, t_down_up, t_compaction, t_framing_and_paging,
           t_process_mode, t_kubeconfig]
 
