@@ -7,10 +7,15 @@
 # (and forced http/1.1), TLS 1.2 minimum, client certificates (CN user, O groups) and
 # bearer tokens, the exact 401 / 403 / 400 / 404 / 410 / 429 / 500 Status bodies, list
 # and get shapes, field selectors, watch framing (newline-delimited JSON in HTTP/1.1
-# chunks), ADDED / MODIFIED / DELETED on selector changes, bookmarks, timeoutSeconds,
-# compaction (410 ERROR event, Exact lists), down / up, cut streams, oversized and
-# garbage bodies, slow headers, process mode with the control socket, and the
-# kubeconfig writer.
+# chunks), ADDED / MODIFIED / DELETED on selector changes, bookmarks (periodic, before the
+# deadline, initial-events-end), timeoutSeconds, compaction (410 ERROR event, Exact
+# lists, continue tokens), too-large resourceVersions, RBAC from manifests with
+# resourceNames, the deprecated watch paths, Accept negotiation, net/http's framing of
+# large bodies, a client going away, down / up (also graceful, with GOAWAY), cut streams,
+# oversized, garbage and truncated bodies, watch faults after K events, slow headers and
+# events, process mode with the control socket, and the kubeconfig and service-account
+# writers. Each check runs against one simulator in order; a failure names the check.
+# The whole file is bounded by a 170 s timer.
 
 import json
 import os
