@@ -67,6 +67,8 @@
 #   sim.down(graceful=False)   stop accepting and close every connection (graceful:
 #                   watches end cleanly, HTTP/2 gets GOAWAY NO_ERROR, then the close);
 #                   sim.up() listens again on the same port
+#   sim.blackhole()  down, and the port accepts TCP connections that never get a TLS
+#                   answer (a hung server); sim.up() ends it
 #   sim.kubeconfig(path, user='kgpu-cluster', token=False, embed=True) -> path
 #                   a kubeconfig for this server and a user of the PKI (client
 #                   certificate, or with token=True its token file)
@@ -296,6 +298,8 @@ class ApiServerSim(SimState, ListWatch):
         self._changed = None
         self.content_length_always = False
         self._x509_cache = {}
+        self._blackhole = None
+        self._blackhole_conns = set()
         self.bookmark_style = 'docs'
 
     # --------------------------------------------------------------- life cycle
@@ -402,6 +406,12 @@ class ApiServerSim(SimState, ListWatch):
         if self._server is not None:
             self._server.close()
             self._server = None
+        if self._blackhole is not None:
+            self._blackhole.close()
+            self._blackhole = None
+        for w in list(self._blackhole_conns):
+            w.transport.abort()
+        self._blackhole_conns.clear()
         for c in list(self.conns):
             c.abort()
         self.conns.clear()

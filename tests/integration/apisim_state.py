@@ -50,12 +50,46 @@ class SimState:
         """Listens again on the same port (returns once listening)."""
         if threading.get_ident() == self._loop_tid:
             if self._server is None:
-                asyncio.ensure_future(self._listen())
+                asyncio.ensure_future(self._up())
             return True
         if self._server is None:
-            asyncio.run_coroutine_threadsafe(self._listen(), self._loop).result(CALL_TIMEOUT)
+            asyncio.run_coroutine_threadsafe(self._up(), self._loop).result(CALL_TIMEOUT)
         return True
     up.public = True
+
+    async def _up(self):
+        if self._blackhole is not None:
+            self._blackhole.close()
+            await self._blackhole.wait_closed()
+            self._blackhole = None
+        await self._listen()
+
+    def blackhole(self):
+        """Down, and the port accepts TCP connections that never get a TLS answer (a
+        hung server: the client's connect and handshake timeouts decide). up() ends it."""
+        if threading.get_ident() == self._loop_tid:
+            self._close_all()
+            asyncio.ensure_future(self._start_blackhole())
+            return True
+        self.down()
+        asyncio.run_coroutine_threadsafe(self._start_blackhole(), self._loop).result(CALL_TIMEOUT)
+        return True
+    blackhole.public = True
+
+    async def _start_blackhole(self):
+        held = self._blackhole_conns
+
+        async def hold(reader, writer):
+            held.add(writer)
+            try:
+                while await reader.read(4096):
+                    pass                     # read and never answer
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                held.discard(writer)
+                writer.transport.abort()
+        self._blackhole = await asyncio.start_server(hold, self.host, self.port, reuse_address=True)
 
     def wait_up(self, timeout=10):
         end = time.time() + timeout

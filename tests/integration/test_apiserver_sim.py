@@ -815,6 +815,19 @@ def t_down_up(sim):
     check(goaway and goaway[0].error_code == 0, 'no GOAWAY NO_ERROR: %r' % goaway)
     sim.up()
     check(sim.wait_up(5), 'not up again after a graceful down')
+    # Blackhole: TCP accepted, no TLS answer; up() serves again.
+    sim.blackhole()
+    raw = socket.create_connection(('127.0.0.1', sim.port), 2)
+    raw.settimeout(1.0)
+    try:
+        tls_context(USER['cert'], USER['key']).wrap_socket(raw, server_hostname='localhost')
+        raise AssertionError('a TLS handshake completed in the blackhole')
+    except (socket.timeout, TimeoutError):
+        pass
+    finally:
+        raw.close()
+    sim.up()
+    check(sim.wait_up(5), 'not up again after the blackhole')
     cl = H1(sim)
     st, _h, body = cl.get_json('/api/v1/nodes')
     check(st == 200 and len(body['items']) == 2, 'state lost over down/up')
