@@ -66,9 +66,11 @@ class ListWatch:
         start_after = None
         cont = req.query.get('continue', '')
         if cont:
-            if rvs:
-                raise _invalid([('resourceVersion', 'Forbidden',
-                                 'specifying resource version is not allowed when using continue')])
+            if rvm:
+                raise _invalid([('resourceVersionMatch', 'Forbidden',
+                                 'resourceVersionMatch is forbidden when continue is provided')])
+            if rvs not in ('', '0'):
+                raise _bad_request('specifying resource version is not allowed when using continue')
             try:
                 tok = json.loads(base64.urlsafe_b64decode(cont + '=' * (-len(cont) % 4)))
                 list_rv, start_after = int(tok['rv']), tok['start']

@@ -868,6 +868,8 @@ def t_framing_and_paging(sim):
     check('page' not in p2['items'][0]['metadata'].get('annotations', {}), 'the second page is not the snapshot')
     names = [i['metadata']['name'] for i in p1['items'] + p2['items']]
     check(sorted(names) == ['p-gas', 'p-other', 'p-plain'] and len(set(names)) == 3, names)
+    st, _h, body = cl.get_json('/api/v1/pods?limit=2&resourceVersion=5&continue=' + p1['metadata']['continue'])
+    check(st == 400 and body['message'] == 'specifying resource version is not allowed when using continue', body)
     sim.compact()
     st, _h, body = cl.get_json('/api/v1/pods?limit=2&continue=' + p1['metadata']['continue'])
     check(st == 410 and body['reason'] == 'Expired' and body['message'].startswith(
