@@ -83,7 +83,9 @@
 #   sim.add_fault(kind, resource='*', verb='*', count=None, **params) -> fault id
 #       resource: 'nodes'|'pods'|'*'; verb: 'get'|'list'|'watch'|'*'; count: how many
 #       requests it hits (None: until removed). Kinds:
-#         'status'    code=401|403|410|429|500|503|..., retry_after=N, message=...;
+#         'status'    code=401|403|410|429|500|503|..., retry_after=N, message=...
+#                     (a real server never answers a watch with HTTP 410: an expired
+#                     watch is HTTP 200 and an ERROR event, see 'error_event');
 #                     429 is by default the plain-text answer of the priority-and-
 #                     fairness filter (Retry-After header); style='status' gives a
 #                     TooManyRequests Status with details.retryAfterSeconds instead
