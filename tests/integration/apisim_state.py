@@ -361,6 +361,15 @@ class SimState:
 
     @_on_loop
     def put_object(self, resource, obj):
+        """Stores obj as given: anything may be odd except metadata (a dict) and its name
+        (and a pod's namespace), which key the object."""
+        if resource not in self.objects:
+            raise ValueError('unknown resource %r' % resource)
+        if not isinstance(obj, dict) or not isinstance(obj.get('metadata'), dict):
+            raise ValueError('put_object needs a dict with a metadata dict')
+        md = obj['metadata']
+        if not isinstance(md.get('name'), str) or (resource == 'pods' and not isinstance(md.get('namespace'), str)):
+            raise ValueError('put_object needs metadata.name (and a pod\'s metadata.namespace) as strings')
         obj = copy.deepcopy(obj)
         obj.pop('kind', None)
         obj.pop('apiVersion', None)

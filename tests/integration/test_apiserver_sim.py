@@ -434,6 +434,32 @@ def t_list_get(sim):
     cl.close()
 
 
+def t_hostile_objects(sim):
+    # put_object stores what it is given; lists and watches carry it as it is.
+    odd = {'metadata': {'name': 'p-odd', 'namespace': 'default', 'labels': ['not', 'a', 'map'],
+                        'annotations': {'gas-ts': 12, 'gas-container-cards': None}},
+           'spec': {'nodeName': 'node-a', 'containers': 'nope'}, 'status': []}
+    cl = H2(sim)
+    sid = cl.start('/api/v1/pods?watch=1&resourceVersion=%d&fieldSelector=spec.nodeName%%3Dnode-a&timeoutSeconds=5'
+                   % sim.resource_version())
+    cl.wait(sid, lambda s: s['headers'] is not None)
+    sim.put_object('pods', odd)
+    st = cl.wait(sid, lambda s: len(events_of(s['data'])) >= 1)
+    e = events_of(st['data'])[0]
+    check(e['type'] == 'ADDED' and e['object']['metadata']['labels'] == ['not', 'a', 'map']
+          and e['object']['status'] == [] and e['object']['spec']['containers'] == 'nope', e)
+    status, _h, data = cl.get('/api/v1/pods?fieldSelector=status.phase%3DPending')
+    check(status == 200 and 'p-odd' not in data.decode(), 'a pod without a phase matched status.phase=Pending')
+    cl.close()
+    sim.delete_pod('default', 'p-odd')
+    for bad in ({'metadata': 'x'}, {'metadata': {'name': 3, 'namespace': 'default'}}, [1]):
+        try:
+            sim.put_object('pods', bad)
+            raise AssertionError('put_object took %r' % (bad,))
+        except ValueError:
+            pass
+
+
 def t_field_selectors(sim):
     cl = H1(sim)
     st, _h, body = cl.get_json('/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-a')
@@ -1054,7 +1080,7 @@ def seed(sim):
     sim.add_pod('team', 'p-other', 'node-b')
 
 
-CHECKS = [t_alpn_and_tls, t_authn, t_authz, t_rbac_manifests, t_list_get, t_field_selectors,
+CHECKS = [t_alpn_and_tls, t_authn, t_authz, t_rbac_manifests, t_list_get, t_hostile_objects, t_field_selectors,
           t_watch_h1_framing_and_timeout,
           t_watch_h2_selector, t_bookmarks, t_faults, t_cuts, t_gzip, t_down_up, t_compaction, t_framing_and_paging,
           t_process_mode, t_kubeconfig]
