@@ -59,6 +59,7 @@
 #                                   Concepts page shows it; 'go': the zero object a Go server
 #                                   encodes (metadata.creationTimestamp null, empty spec/status)
 #   sim.set_anonymous(bool)         anonymous authentication on/off (default off: 401)
+#   sim.set_http1_only(bool)        ALPN for new connections: http/1.1 only, or h2 too
 #   sim.content_length_always = True   size every non-watch body (default: as net/http,
 #                                   bodies over 2 KiB (HTTP/1.1) / 4 KiB (HTTP/2) go chunked /
 #                                   unsized)

@@ -64,6 +64,23 @@ class SimState:
             self._blackhole = None
         await self._listen()
 
+    def set_http1_only(self, flag):
+        """ALPN offers only http/1.1 (True) or h2 and http/1.1 (False) to new connections;
+        open connections keep what they negotiated."""
+        self.http1_only = bool(flag)
+
+        async def relisten():
+            if self._server is not None:
+                self._server.close()
+                self._server = None
+                await self._listen()
+        if threading.get_ident() == self._loop_tid:
+            asyncio.ensure_future(relisten())
+        else:
+            asyncio.run_coroutine_threadsafe(relisten(), self._loop).result(CALL_TIMEOUT)
+        return True
+    set_http1_only.public = True
+
     def blackhole(self):
         """Down, and the port accepts TCP connections that never get a TLS answer (a
         hung server: the client's connect and handshake timeouts decide). up() ends it."""

@@ -260,6 +260,16 @@ def t_alpn_and_tls(sim):
         pass
     for host in ('localhost', '127.0.0.1'):
         connect(sim, host=host).close()     # SANs
+    sim.set_http1_only(True)
+    try:
+        s = connect(sim)
+        check(s.selected_alpn_protocol() == 'http/1.1', 'set_http1_only: %r' % s.selected_alpn_protocol())
+        s.close()
+    finally:
+        sim.set_http1_only(False)
+    s = connect(sim)
+    check(s.selected_alpn_protocol() == 'h2', 'h2 not back')
+    s.close()
     with ApiServerSim(PKI, http1_only=True) as s1:
         s = connect(s1)
         check(s.selected_alpn_protocol() == 'http/1.1', 'http1_only still offered %r' % s.selected_alpn_protocol())
