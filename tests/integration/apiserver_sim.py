@@ -32,13 +32,16 @@
 #   sim.set_node_label(name, key, value)   sim.remove_node_label(name, key)
 #   sim.set_node_labels(name, labels)      (replaces all labels)
 #   sim.delete_node(name)
+#   sim.touch_node(name)            a status-only MODIFIED (heartbeat), labels unchanged
 #   sim.add_pod(namespace, name, node_name='', annotations=None, containers=None,
 #               phase='Pending', labels=None) -> object
 #       containers: list of {'name': str, 'limits': {res: qty}} (or full container
 #       specs with 'resources'); default one container 'main' without limits.
 #   sim.update_pod(namespace, name, annotations=None, phase=None, node_name=None,
 #                  containers=None, labels=None, remove_annotations=())
-#   sim.delete_pod(namespace, name)
+#   sim.delete_pod(namespace, name, grace_seconds=None)   None: DELETED; a number: a
+#                                   graceful deletion (MODIFIED with deletionTimestamp and
+#                                   deletionGracePeriodSeconds; delete_pod again removes it)
 #   sim.put_object(resource, obj)   resource 'nodes'|'pods': stores obj as given (hostile
 #                                   content allowed), metadata.resourceVersion set
 #   sim.get_object(resource, name, namespace=None) -> dict or None

@@ -6,6 +6,7 @@
 
 import asyncio
 import copy
+import datetime
 import socket
 import threading
 import time
@@ -306,6 +307,16 @@ class SimState:
         prev = self._node(name)
         return self._commit('nodes', 'DELETED', copy.deepcopy(prev), prev)
 
+    @_on_loop
+    def touch_node(self, name):
+        """A status-only update (the Ready condition's heartbeat): MODIFIED, labels as they were."""
+        prev = self._node(name)
+        obj = copy.deepcopy(prev)
+        for c in obj.get('status', {}).get('conditions', []):
+            if isinstance(c, dict) and c.get('type') == 'Ready':
+                c['lastHeartbeatTime'] = _now()
+        return self._commit('nodes', 'MODIFIED', obj, prev)
+
     @staticmethod
     def _containers(containers):
         out = []
@@ -372,9 +383,19 @@ class SimState:
         return self._commit('pods', 'MODIFIED', obj, prev)
 
     @_on_loop
-    def delete_pod(self, namespace, name):
+    def delete_pod(self, namespace, name, grace_seconds=None):
+        """grace_seconds=None: the object goes (DELETED). A number: a graceful deletion as
+        the API server starts it for a pod bound to a node: MODIFIED with
+        metadata.deletionTimestamp (now + grace) and deletionGracePeriodSeconds; the pod
+        stays until delete_pod() again (the kubelet's final delete)."""
         prev = self._pod(namespace, name)
-        return self._commit('pods', 'DELETED', copy.deepcopy(prev), prev)
+        if grace_seconds is None:
+            return self._commit('pods', 'DELETED', copy.deepcopy(prev), prev)
+        obj = copy.deepcopy(prev)
+        when = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=int(grace_seconds))
+        obj['metadata']['deletionTimestamp'] = when.strftime('%Y-%m-%dT%H:%M:%SZ')
+        obj['metadata']['deletionGracePeriodSeconds'] = int(grace_seconds)
+        return self._commit('pods', 'MODIFIED', obj, prev)
 
     @_on_loop
     def put_object(self, resource, obj):

@@ -306,10 +306,22 @@ def t_watch_h2_selector(sim):
     ev = events_of(st['data'])[n0 + 1:]
     check([(e['type'], e['object']['metadata']['name']) for e in ev]
           == [('ADDED', 'p-plain'), ('MODIFIED', 'p-gas')], ev)
+    sim.delete_pod('default', 'p-gas', grace_seconds=30)
     sim.delete_pod('default', 'p-gas')
-    st = cl.wait(sid, lambda s: len(events_of(s['data'])) >= n0 + 4)
-    e = events_of(st['data'])[-1]
+    st = cl.wait(sid, lambda s: len(events_of(s['data'])) >= n0 + 5)
+    e1, e = events_of(st['data'])[-2:]
+    check(e1['type'] == 'MODIFIED' and e1['object']['metadata']['deletionGracePeriodSeconds'] == 30
+          and e1['object']['metadata']['deletionTimestamp'].endswith('Z'), e1)
     check(e['type'] == 'DELETED' and e['object']['metadata']['name'] == 'p-gas', e)
+    # A heartbeat: MODIFIED with the same labels and a new resourceVersion.
+    before = sim.get_object('nodes', 'node-a')
+    sid2 = cl.start('/api/v1/nodes?watch=1&resourceVersion=%d&timeoutSeconds=5' % sim.resource_version())
+    cl.wait(sid2, lambda s: s['headers'] is not None)
+    sim.touch_node('node-a')
+    st2 = cl.wait(sid2, lambda s: len(events_of(s['data'])) >= 1)
+    e = events_of(st2['data'])[0]
+    check(e['type'] == 'MODIFIED' and e['object']['metadata']['labels'] == before['metadata']['labels']
+          and int(e['object']['metadata']['resourceVersion']) > int(before['metadata']['resourceVersion']), e)
     check(st['data'].endswith(b'\n'), 'events are not newline-terminated')
     cl.close()
     sim.add_pod('default', 'p-gas', 'node-a', GAS, [{'name': 'c0', 'limits': {GPU: '1'}}])
