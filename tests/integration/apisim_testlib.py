@@ -8,6 +8,7 @@
 
 import json
 import os
+import shutil
 import socket
 import ssl
 import subprocess
@@ -303,6 +304,8 @@ def run(checks):
     finally:
         sim.stop()
         done.set()
+        if os.environ.get('KGPU_TEST_KEEP_TMP') != '1':
+            shutil.rmtree(TMP, ignore_errors=True)
     if failed:
         print('failed: ' + ', '.join(failed))
         return 1
