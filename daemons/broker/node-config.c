@@ -27,6 +27,8 @@ void node_config_done(NodeConfig *n) {
         n->in_force = mfree(n->in_force);
         n->requested = mfree(n->requested);
         n->error = mfree(n->error);
+        for (size_t i = 0; i < ELEMENTSOF(n->emitted); i++)
+                n->emitted[i] = mfree(n->emitted[i]);
 }
 
 void node_config_set_user(Manager *m, const Config *c) {
@@ -57,13 +59,25 @@ static const char *resolve(const Config *base, const char *requested) {
         return base->nvidia_configs_default ?: "";
 }
 
+/* PropertiesChanged for those of the three that differ from what was last announced. */
 static void emit_changed(Manager *m) {
+        static const char * const names[] = { "NodeConfig", "NodeConfigRequested", "NodeConfigError" };
+        const char *now[] = { m->node_config.in_force, m->node_config.requested, m->node_config.error };
+        char *changed[ELEMENTSOF(names) + 1] = {};
+        size_t n = 0;
         int r;
 
-        if (!m->bus)
+        for (size_t i = 0; i < ELEMENTSOF(names); i++)
+                if (!streq(now[i] ?: "", m->node_config.emitted[i] ?: "")) {
+                        if (free_and_strdup(&m->node_config.emitted[i], now[i]) < 0) {
+                                log_oom();
+                                continue;       /* announced again next time */
+                        }
+                        changed[n++] = (char *) names[i];
+                }
+        if (n == 0 || !m->bus)
                 return;
-        r = sd_bus_emit_properties_changed(m->bus, KGPU_BROKER_PATH, KGPU_BROKER_INTERFACE, "NodeConfig",
-                                           "NodeConfigRequested", "NodeConfigError", NULL);
+        r = sd_bus_emit_properties_changed_strv(m->bus, KGPU_BROKER_PATH, KGPU_BROKER_INTERFACE, changed);
         if (r < 0)
                 log_debug_errno(r, "Failed to emit PropertiesChanged for the node config: %m");
 }

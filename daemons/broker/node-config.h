@@ -44,6 +44,7 @@ typedef struct NodeConfig {
         char *requested;        /* NULL: SetNodeConfig not called since start */
         char *error;            /* NULL: none */
         uid_t cluster_uid;      /* (uid_t) -1: Config.cluster_user does not exist */
+        char *emitted[3];       /* the three as last announced (NULL: ""), for PropertiesChanged */
 } NodeConfig;
 
 void node_config_done(NodeConfig *n);

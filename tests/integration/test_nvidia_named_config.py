@@ -23,7 +23,8 @@
 #   NodeConfigRequested "";
 # - "nope": io.kgpu.Error.UnknownConfig naming it, nothing changes, NodeConfigError says
 #   why, and so does `kgpuctl status` (text and --json); "bad": io.kgpu.Error.InvalidConfig naming bad.yaml:LINE: logLevel; a name with a
-#   '/' : io.kgpu.Error.InvalidArgs; the devices stay those of ts4;
+#   '/' : io.kgpu.Error.InvalidArgs, one of 300 bytes too and not even recorded; the
+#   devices stay those of ts4;
 # - SIGHUP re-reads the named file in force (ts4.yaml edited to 3 replicas);
 # - a sender that is neither root nor kgpu-cluster is refused: kgpu (the bus policy lets
 #   it send to the broker) by the broker itself (io.kgpu.Error.AccessDenied), nobody by the
@@ -195,6 +196,9 @@ def switch(node):
     check(props(node)['NodeConfig'] == 'ts4', 'properties after bad: %r' % props(node))
     r = set_config(node, '../etc/passwd')
     check(r[0] == 'error' and r[1] == 'io.kgpu.Error.InvalidArgs', 'SetNodeConfig(../etc/passwd): %r' % (r,))
+    r = set_config(node, 'x' * 300)
+    check(r[0] == 'error' and r[1] == 'io.kgpu.Error.InvalidArgs' and props(node)['NodeConfigRequested'] == '../etc/passwd',
+          'SetNodeConfig(300 bytes): %r %r' % (r, props(node)))
     check(sorted(d['id'] for d in stream.devices()) == replicas(4), 'devices changed: %r' % stream.devices())
 
     # Senders other than root and kgpu-cluster.
