@@ -31,7 +31,9 @@
 #   bus policy;
 # - a broker restart keeps "ts4" in force (the state file) and the kubelet sees its
 #   replicas; a state file with hostile content is ignored with kgpu.yaml's own settings
-#   and the reason in NodeConfigError, the broker serving on.
+#   and the reason in NodeConfigError, the broker serving on;
+# - a default that names no file: "" is refused with io.kgpu.Error.UnknownConfig naming
+#   nvidiaConfigs.default, the config in force stays.
 
 import json
 import os
@@ -247,6 +249,15 @@ def switch(node):
             wait_list(node, [L40S], t)  # the kubelet too (the first time: ts4 before)
         node.daemons['broker'].stop()
     node.restart_broker()
+
+    # A default that names no file: refused like an unknown name (no fallback, as upstream).
+    node.write_config_extra(yaml_config('none') + 'nvidiaConfigs:\n  directory: %s\n  default: missing\n'
+                            % NODE_LABEL_CONFIGS)
+    r = set_config(node, '')
+    check(r[0] == 'error' and r[1] == 'io.kgpu.Error.UnknownConfig' and 'nvidiaConfigs.default' in r[2] and
+          "'missing'" in r[2], 'SetNodeConfig("") with a missing default: %r' % (r,))
+    p = props(node)
+    check(p['NodeConfig'] == '' and 'nvidiaConfigs.default' in p['NodeConfigError'], 'properties: %r' % p)
 
 
 def main():
