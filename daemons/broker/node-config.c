@@ -115,6 +115,14 @@ void node_config_commit(Manager *m, const char *name, const char *note) {
         emit_changed(m);
 }
 
+/* The state file said something that is not in force now: it says "" from now on, as
+ * NodeConfig does (the reason stays in NodeConfigError). */
+static int restore_refused(Manager *m, const char *why) {
+        set_error(m, why);
+        persist(m, "");
+        return 0;
+}
+
 int node_config_restore(Manager *m) {
         _cleanup_(config_freep) Config *c = NULL;
         _cleanup_(resources_freep) Resources *res = NULL;
@@ -135,8 +143,7 @@ int node_config_restore(Manager *m) {
                 log_warning_errno(r, "Cannot read %s, using kgpu.yaml's own NVIDIA settings: %m", path);
                 if (asprintf(&why, "%s: %s", path, strerror(-r)) < 0)
                         return log_oom();
-                set_error(m, why);
-                return 0;
+                return restore_refused(m, why);
         }
         if (isempty(name))
                 return 0;
@@ -144,8 +151,7 @@ int node_config_restore(Manager *m) {
                 log_warning("%s holds no valid config name, ignored; using kgpu.yaml's own NVIDIA settings.", path);
                 if (asprintf(&why, "%s: not a valid config name", path) < 0)
                         return log_oom();
-                set_error(m, why);
-                return 0;
+                return restore_refused(m, why);
         }
         r = load_named(m, m->config, name, &c, &error);
         if (r >= 0) {
@@ -161,8 +167,7 @@ int node_config_restore(Manager *m) {
                 if (asprintf(&why, "named config '%s' in force before the restart: %s", name,
                              error ?: strerror(-r)) < 0)
                         return log_oom();
-                set_error(m, why);
-                return 0;
+                return restore_refused(m, why);
         }
         resources_free(m->resources);
         m->resources = TAKE_PTR(res);

@@ -247,6 +247,8 @@ def switch(node):
         check([d[0] for d in devs] == [L40S], 'devices after a hostile state file: %r' % devs)
         if content.startswith('..'):
             wait_list(node, [L40S], t)  # the kubelet too (the first time: ts4 before)
+        with open(path) as f:
+            check(f.read() == '\n', 'the state file does not follow NodeConfig ""')
         node.daemons['broker'].stop()
     node.restart_broker()
 
