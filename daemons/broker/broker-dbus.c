@@ -25,6 +25,7 @@
 #include "daemons/broker/broker-dbus.h"
 #include "daemons/broker/manager.h"
 #include "daemons/broker/peer.h"
+#include "daemons/broker/node-config.h"
 #include "daemons/broker/reconcile.h"
 #include "daemons/broker/reload.h"
 #include "daemons/broker/policy.h"
@@ -109,7 +110,7 @@ static const char *strna_sender(sd_bus_message *msg) {
 
 /* The caller's uid: on the system bus as the bus daemon tells it, remembered per unique
  * name; on a peer connection as the kernel told it at accept (peer.c). */
-static int caller_uid(Manager *m, sd_bus_message *msg, uid_t *ret) {
+int broker_dbus_caller_uid(Manager *m, sd_bus_message *msg, uid_t *ret) {
         _cleanup_(sd_bus_creds_unrefp) sd_bus_creds *creds = NULL;
         const char *sender = sd_bus_message_get_sender(msg);
         size_t n = sizeof(m->callers) / sizeof(m->callers[0]);
@@ -151,7 +152,7 @@ int broker_dbus_check_caller(Manager *m, sd_bus_message *msg, const char *method
         uid_t uid = (uid_t) -1;
         int r;
 
-        r = caller_uid(m, msg, &uid);
+        r = broker_dbus_caller_uid(m, msg, &uid);
         if (r >= 0 && broker_access_allowed(m, uid, callers))
                 return 0;
 
@@ -648,6 +649,15 @@ const sd_bus_vtable broker_vtable[] = {
                                 SD_BUS_NO_ARGS,
                                 SD_BUS_NO_RESULT,
                                 reload_method, SD_BUS_VTABLE_UNPRIVILEGED),
+        /* The named NVIDIA config a node label selects (node-config.c; kgpu-clusterd's call). */
+        SD_BUS_PROPERTY("NodeConfig", "s", node_config_property_get, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("NodeConfigRequested", "s", node_config_property_get, 0,
+                        SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("NodeConfigError", "s", node_config_property_get, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_METHOD_WITH_ARGS("SetNodeConfig",
+                                SD_BUS_ARGS("s", name),
+                                SD_BUS_NO_RESULT,
+                                node_config_set_method, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_SIGNAL_WITH_ARGS("ResourcesChanged",
                                 SD_BUS_ARGS("as", resources),
                                 0),

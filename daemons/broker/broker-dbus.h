@@ -13,6 +13,8 @@
  */
 #pragma once
 
+#include <sys/types.h>
+
 #include <systemd/sd-bus.h>
 
 typedef struct Manager Manager;
@@ -31,6 +33,9 @@ int broker_dbus_register_on(Manager *m, sd_bus *bus);
 int broker_dbus_check_caller(Manager *m, sd_bus_message *msg, const char *method, sd_bus_error *error);
 /* Emits ResourcesChanged(names), if names is not empty, on the bus and to every peer
  * connection (peer.h). */
+/* The caller's uid: on the bus as the bus daemon tells it (remembered per unique name),
+ * on a peer connection as the kernel told it at accept. */
+int broker_dbus_caller_uid(Manager *m, sd_bus_message *msg, uid_t *ret);
 int broker_dbus_emit_resources_changed(Manager *m, char * const *names);
 /* PropertiesChanged of /io/kgpu/Broker1's properties names, on the bus and to every peer
  * connection: use it, not sd_bus_emit_properties_changed*() on m->bus, so that both

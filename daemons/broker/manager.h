@@ -24,6 +24,7 @@
 #include "common/cleanup.h"
 #include "common/config.h"
 #include "common/daemon.h"
+#include "daemons/broker/node-config.h"
 #include "daemons/broker/resources.h"
 #include "daemons/broker/store.h"
 
@@ -73,6 +74,8 @@ typedef struct Manager {
         struct BrokerPeer *peers[32];   /* PEER_MAX */
         size_t n_peers;
         uint64_t peer_calls;            /* method calls dispatched on peer connections */
+
+        NodeConfig node_config;         /* the named NVIDIA config in force (node-config.c) */
 
         struct MpsClient *mps;          /* SetMps calls sent to the probe (mps-client.c) */
         char *problem;                  /* last resources_problem() logged */
