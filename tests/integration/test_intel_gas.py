@@ -17,11 +17,15 @@
 #    container card0 with ZE_AFFINITY_MASK=0.1, its second (2 devices) card0 and card1 and
 #    no mask; GetPreferredAllocation names a share of exactly those cards;
 #  - a pod without GAS annotations, and a request size no pending container has, are
-#    refused with the reason.
+#    refused with the reason;
+#  - across a broker restart (the pods sent again, as kgpu-clusterd does), containers the
+#    kubelet's PodResources reported are not served twice: pod a is done, b's next
+#    container is its second one.
 
 import os
 import pwd
 import subprocess
+import time
 
 import dbus
 import grpc
@@ -99,6 +103,7 @@ def admit(dm, name, size, cards, mask):
     check(sorted(intel_devmgr.gpu_of(i) for i in ids) == sorted(CARD[c][0] for c in cards),
           '%s: preferred/allocated %r, GAS chose %r' % (name, ids, cards))
     check_answer(name, answer, cards, mask)
+    return ids
 
 
 def run(node):
@@ -134,8 +139,21 @@ def run(node):
     expect_refused(dm, dm.free[:3], ['requesting 3 gpu.intel.com/i915'])
 
     # The oldest pod first, each container its own cards and tiles.
-    admit(dm, 'a', 1, ['card1'], '0.0,0.1')
-    admit(dm, 'b-0', 1, ['card0'], '0.1')
+    ids_a = admit(dm, 'a', 1, ['card1'], '0.0,0.1')
+    ids_b0 = admit(dm, 'b-0', 1, ['card0'], '0.1')
+
+    # The kubelet's PodResources shows both containers (pod and container names as GAS's
+    # pods have them); the broker restarts and kgpu-clusterd sends the pods again (it does
+    # on every new owner of io.kgpu.Broker1). The containers served before the restart
+    # are not served again: one device fits no pod now, b's next container is its second.
+    node.kubelet.set_pods([('a', 'default', [('main', [(RES_I915, ids_a)])]),
+                           ('b', 'default', [('c0', [(RES_I915, ids_b0)])])])
+    time.sleep(3)   # reconciliation every second records the holders
+    node.restart_broker()
+    r = set_gas_pods(node, CLUSTER_USER, PODS)
+    check(r[0] == 'ok', 'SetGasPods after the restart: %r' % (r,))
+    expect_refused(dm, [i for i in dm.free if intel_devmgr.gpu_of(i) == CARD['card1'][0]][:1],
+                   ['no pending pod on this node has GAS annotations for a container requesting 1'])
     admit(dm, 'b-2', 2, ['card0', 'card1'], None)
 
     # Every annotated container is served; "d" has no cards: refused with the reason.
@@ -164,6 +182,7 @@ def main():
         tmp, 'kgpu-intel-gas-%d.umockdev' % os.getpid()))
     try:
         harness.run_test(run, need_root=True, layout=layout, resources=[RES_I915], bus_policy=OUTSIDER_POLICY,
+                         extra_env={'KGPU_RECONCILE_INTERVAL_SEC': '1', 'KGPU_RECONCILE_GRACE_SEC': '60'},
                          config_extra='intel:\n  sharedDevNum: 2\n  resourceManager: true\n')
     finally:
         os.unlink(layout)
