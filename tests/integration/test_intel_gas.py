@@ -129,8 +129,13 @@ def run(node):
     bad_count = [pod('uid-y', 'y', '1', 'card0', '', [1])]
     bad_count[0][6] = [{RES_I915: -1}]
     too_many = [pod('uid-%d' % i, 'p%d' % i, '1', 'card0', '', [1]) for i in range(4097)]
+    many_containers = [pod('uid-z', 'z', '1', 'card0', '', [1] * 65)]
+    many_limits = [pod('uid-l', 'l', '1', 'card0', '', [1])]
+    many_limits[0][6] = [{'gpu.intel.com/r%d' % i: 1 for i in range(65)}]
+    long_name = [pod('uid-n', 'n' * 5000, '1', 'card0', '', [1])]
     for user, pods, word in (('root', bad_cards, 'gas-container-cards'), (CLUSTER_USER, bad_count, 'limit'),
-                             ('root', too_many, '4096')):
+                             ('root', too_many, '4096'), ('root', many_containers, '64 containers'),
+                             ('root', many_limits, '64 limits'), ('root', long_name, '4096 bytes')):
         r = set_gas_pods(node, user, pods)
         check(r[0] == 'error' and r[1] == 'io.kgpu.Error.InvalidArgs' and word in r[2],
               'malformed (%s) as %s: %r' % (word, user, r[:2]))
