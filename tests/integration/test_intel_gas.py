@@ -109,6 +109,9 @@ def admit(dm, name, size, cards, mask):
 def run(node):
     dm = intel_devmgr.DeviceManager(node)
     check(len(dm.all_ids) == 4, 'ids %r' % dm.all_ids)
+    log = node.daemons['broker'].log_text()
+    check('not supported' not in log and 'intel.resourceManager (-resource-manager): Allocate of' in log,
+          'the broker does not say resource manager mode is on')
 
     # Nothing from kgpu-clusterd yet.
     expect_refused(dm, [dm.free[0]], ['resource manager: no pending pod on this node has GAS annotations '
