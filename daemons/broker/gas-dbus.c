@@ -387,12 +387,15 @@ int gas_allocate_choose(Manager *m, const char *resource, char ** const *lists, 
 }
 
 void gas_allocate_done(Manager *m, const GasChoice *c) {
+        _cleanup_free_ char *cards = NULL;
+
         if (!c->pod)
                 return;
-        gas_consume(m->gas_pods, c->pod, c->container);
+        cards = strv_join(c->pod->cards[c->container], ",");
         log_info("Resource manager: container %zu of pod %s/%s (%s %s) got %s%s%s.", c->container,
-                 c->pod->namespace, c->pod->name, GAS_TS_ANNOTATION, c->pod->ts,
-                 c->pod->cards[c->container][0], c->mask ? ", " GAS_AFFINITY_ENV "=" : "", c->mask ?: "");
+                 c->pod->namespace, c->pod->name, GAS_TS_ANNOTATION, c->pod->ts, cards ?: "its cards",
+                 c->mask ? ", " GAS_AFFINITY_ENV "=" : "", c->mask ?: "");
+        gas_consume(m->gas_pods, c->pod, c->container);
 }
 
 int gas_preferred(Manager *m, const char *resource, char * const *available, char * const *must,
