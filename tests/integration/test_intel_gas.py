@@ -167,6 +167,8 @@ def run(node):
     # Every annotated container is served; "d" has no cards: refused with the reason.
     expect_refused(dm, [dm.all_ids[0]], ['no pending pod on this node has GAS annotations for a container '
                                          'requesting 1 gpu.intel.com/i915; is kgpu-clusterd running?'])
+    pref = dm.cl.get_preferred_allocation(list(dm.all_ids), [], 1)
+    check(pref == [], 'GetPreferredAllocation with no pod that fits: %r, expected no preference' % (pref,))
     allocs = node.list_allocations()
     check(len(allocs) == 3, 'allocations %r' % (allocs,))
 
