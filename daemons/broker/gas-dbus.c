@@ -15,37 +15,13 @@
 #include "common/bus-names.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "daemons/broker/broker-dbus.h"
 #include "daemons/broker/gas-dbus.h"
 #include "daemons/broker/manager.h"
 
+/* One rule for both transports (access.h): root, cluster.user, the broker's own uid. */
 static int check_cluster_caller(Manager *m, sd_bus_message *msg, sd_bus_error *error) {
-        _cleanup_(sd_bus_creds_unrefp) sd_bus_creds *creds = NULL;
-        const char *user = m->config->cluster_user;
-        uid_t uid = (uid_t) -1;
-        int r;
-
-        r = sd_bus_query_sender_creds(msg, SD_BUS_CREDS_EUID|SD_BUS_CREDS_UID, &creds);
-        /* Credentials from the bus daemon only, never from racy /proc reads. */
-        if (r >= 0 && (sd_bus_creds_get_augmented_mask(creds) & (SD_BUS_CREDS_EUID|SD_BUS_CREDS_UID)) != 0)
-                r = -EPERM;
-        if (r >= 0) {
-                r = sd_bus_creds_get_euid(creds, &uid);
-                if (r < 0)
-                        r = sd_bus_creds_get_uid(creds, &uid);
-        }
-        if (r >= 0) {
-                const struct passwd *pw = isempty(user) ? NULL : getpwnam(user);
-
-                /* The broker's own uid is the same principal (unprivileged test set-ups). */
-                if (uid == 0 || uid == geteuid() || (pw && pw->pw_uid == uid))
-                        return 0;
-                log_warning("Refusing SetGasPods from %s (uid %u): only root and %s may call it.",
-                            sd_bus_message_get_sender(msg) ?: "n/a", (unsigned) uid, user ?: "n/a");
-        } else
-                log_warning_errno(r, "Refusing SetGasPods from %s: cannot get its uid: %m",
-                                  sd_bus_message_get_sender(msg) ?: "n/a");
-        return sd_bus_error_setf(error, KGPU_ERROR_ACCESS_DENIED, "SetGasPods is only allowed to root and user '%s'",
-                                 user ?: "n/a");
+        return broker_dbus_check_caller(m, msg, "SetGasPods", error);
 }
 
 typedef struct Args {
