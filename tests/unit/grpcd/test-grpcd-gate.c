@@ -683,7 +683,7 @@ END_TEST
 
 START_TEST(test_updates) {
         _cleanup_(probe_gpus_freep) ProbeGpus *s = node_inventory();
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL, *bad = NULL, *added = NULL;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL, *bad = NULL;
         ProbeGpu *g = probe_gpus_get(s, gpu_nv0.path), *n = NULL;
         TGpu other = gpu_xe;
 
