@@ -17,6 +17,7 @@
 #    List follows), a stream cut in the middle of an event, a garbage event line (a new
 #    List follows), an event over the size bound (a new List follows), a list that hangs
 #    (cluster.requestTimeoutSec), the server down and up again;
+#  - a server answering every watch with 410 gets backed-off lists, not a loop;
 #  - a 429 with Retry-After: the next watch comes no sooner than it says;
 #  - a rotated token file is read again: a wrong token gives 401, the right one back
 #    recovers without a restart;
@@ -189,6 +190,15 @@ def run_with(node, sim, pki):
     later = [r for r in pw if r['time'] > refused[0]['time']]
     check(later and later[0]['time'] - refused[0]['time'] >= 2.9,
           'Retry-After 3 not honoured: %r' % [(r['status'], r['time']) for r in pw])
+    # A server that answers every watch with 410: lists are backed off, not a loop.
+    fid = sim.add_fault('status', resource='nodes', verb='watch', code=410)
+    sim.clear_requests()
+    sim.cut_watches('end', 'nodes')
+    time.sleep(4)
+    n = len([r for r in sim.requests() if r['verb'] == 'list' and r['resource'] == 'nodes'])
+    sim.remove_fault(fid)
+    check(1 <= n <= 6, '%d Node lists in 4 s against a server always answering 410' % n)
+    node.wait_cluster(lambda p: p['Connected'], 60, 'connected after the 410 storm')
     fault_recovers(node, sim, 'cut mid-event', 'watch failed',
                    lambda: sim.cut_watches('mid-event'))
     fault_recovers(node, sim, 'garbage event', 'not JSON',
