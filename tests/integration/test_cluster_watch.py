@@ -8,6 +8,7 @@
 #    (spec.nodeName), with allowWatchBookmarks and timeoutSeconds, and io.kgpu.Cluster1
 #    shows the label value and the count of Pending pods carrying gas-ts (a running
 #    pod, a pod without gas-ts and another node's pod are not counted);
+#  - everyone may read io.kgpu.Cluster1, nobody else may own it;
 #  - over HTTP/2 both watches share one connection;
 #  - label set, changed, removed, and pod added, turned Running, deleted reach the
 #    properties live, with the watch's resourceVersion moving on;
@@ -136,6 +137,17 @@ def run_with(node, sim, pki):
               4 <= int(q['timeoutSeconds']) < 8, 'watch query %r' % q)
     check(all(r['user'] == 'kgpu-cluster' for r in reqs), 'users %r' % {r['user'] for r in reqs})
     check(any(r['proto'] == 'h2' for r in reqs), 'no HTTP/2: %r' % {r['proto'] for r in reqs})
+
+    # The bus policy (dbus/io.kgpu.Cluster1.conf): everyone reads; only kgpu-cluster and
+    # root may own the name.
+    if node.root:
+        r = node.busctl('get-property', harness.CLUSTER_BUS, harness.CLUSTER_PATH, harness.CLUSTER_BUS,
+                        'ConfigLabelValue', user='nobody')
+        check(r['data'] == 'ts4', 'nobody reads %r' % r)
+        r = node.busctl('call', 'org.freedesktop.DBus', '/org/freedesktop/DBus', 'org.freedesktop.DBus',
+                        'RequestName', 'su', harness.CLUSTER_BUS, '0', user='nobody', check=False, json_out=False)
+        out = r.stdout + r.stderr
+        check(r.returncode != 0 and b'denied' in out.lower(), 'nobody may own io.kgpu.Cluster1: %r' % out)
 
     # HTTP/2 multiplexing: both watches on one TCP connection to the server.
     conns = tcp_connections(node.daemons['cluster'].pid, sim.port)
