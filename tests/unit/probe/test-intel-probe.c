@@ -770,7 +770,7 @@ END_TEST
 
 /* A reload that moves the files takes kgpu's files away from the old place. */
 START_TEST(test_configure_moves_outputs) {
-        g_autoptr(UMockdevTestbed) tb = testbed_load("two-gpus");
+        _unused_ g_autoptr(UMockdevTestbed) tb = testbed_load("two-gpus");
         _cleanup_(manager_freep) Manager *m = NULL;
         _cleanup_(config_freep) Config *c1 = NULL, *c2 = NULL, *c3 = NULL;
         _cleanup_free_ char *err = NULL;
