@@ -539,6 +539,21 @@ def targets(res):
                      a <= lim))
         p = n8['preferred_size4']['p99_ms']
         rows.append(('GetPreferredAllocation p99, 8 GPUs (size 4)', '%.3f ms' % p, '<= 1 ms', p <= 1.0))
+        # Issue 15: Allocate at the durability floor, against the no-op plugin of the same run
+        # (same client, same minute): the gRPC floor is the no-op's, the rest is kgpu's.
+        a50, b50 = n8['allocate']['p50_ms'], b['allocate']['p50_ms']
+        rows.append(('Allocate p50 vs no-op p50 (+0.25 ms)', '%.3f ms' % a50,
+                     '<= %.3f ms (noop %.3f + 0.25)' % (b50 + 0.25, b50), a50 <= b50 + 0.25))
+        ds = n8['fdatasync']['p99_ms']
+        lim = b['allocate']['p99_ms'] + ds + 0.3
+        rows.append(('Allocate p99 vs no-op p99 + fdatasync p99 (+0.3 ms)', '%.3f ms' % a,
+                     '<= %.3f ms (noop %.3f + %.3f + 0.3)' % (lim, b['allocate']['p99_ms'], ds), a <= lim))
+        if 'prestart' in n8:
+            # PreStartContainer makes no decision and touches no disk: beyond the no-op
+            # plugin's own round trip it is the grpcd -> broker hop.
+            h = n8['prestart']['p50_ms'] - b50
+            rows.append(('broker hop p50 (PreStartContainer - no-op p50)', '%.3f ms' % h,
+                         '<= 0.1 ms (PreStart %.3f - noop %.3f)' % (n8['prestart']['p50_ms'], b50), h <= 0.1))
     nv = res.get('nvlink8')
     if nv:
         p = max(nv['preferred_size2']['p99_ms'], nv['preferred_size4']['p99_ms'])
