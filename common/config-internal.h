@@ -93,6 +93,15 @@ int config_set_pci_ids(void *p, const ConfigOption *o, const char *value, const 
 int config_intel_check(const Config *c, char **ret_error);
 
 /* config.c */
+/* Which top-level keys one file contributes. A named NVIDIA config (config-overlay.c)
+ * replaces kgpu.yaml's NVIDIA settings: kgpu.yaml is then read without them, the named
+ * file with nothing else. */
+typedef enum ConfigParseMode {
+        CONFIG_PARSE_ALL,
+        CONFIG_PARSE_SKIP_NVIDIA,       /* kgpu.yaml under a named config */
+        CONFIG_PARSE_NVIDIA_ONLY,       /* the named config: a kgpu key there is an error */
+} ConfigParseMode;
+
 typedef struct ParseContext {
         Config *config;
         yaml_document_t *doc;
@@ -103,6 +112,7 @@ typedef struct ParseContext {
         size_t mps_line, mps_resources_line;
         bool time_slicing_empty;        /* sharing.timeSlicing: {} (what nos writes beside MPS) */
         bool nvidia_file;               /* the root has a key of the NVIDIA v1 format */
+        ConfigParseMode mode;           /* which top-level keys are read (config-overlay.c) */
 } ParseContext;
 
 /* Whether key belongs to the NVIDIA device plugin's v1 format (version, flags, resources,
@@ -115,6 +125,17 @@ bool config_node_is_null(const yaml_node_t *node);
 
 int config_parse_error(ParseContext *ctx, const yaml_node_t *node, const char *key, const char *fmt, ...) _printf_(4, 5);
 int config_parse_error_line(ParseContext *ctx, size_t line, const char *key, const char *fmt, ...) _printf_(4, 5);
+
+/* The whole loader (config_load() is this without an overlay): kgpu.yaml at config_path
+ * as config_load() finds it, then, when overlay_text is not NULL, the NVIDIA settings of
+ * that text (named overlay_name in messages) in place of kgpu.yaml's, then the
+ * environment and the overrides. */
+int config_load_with_overlay(const char *config_path,
+                             const ConfigOverride *overrides, size_t n_overrides,
+                             const char *overlay_text, size_t overlay_len, const char *overlay_name,
+                             Config **ret, char **ret_error);
+/* Whether top-level key is one of the NVIDIA v1 format's settings (a named config's). */
+bool config_top_key_is_nvidia_setting(const ParseContext *ctx, const char *key);
 
 /* config-nvidia.c */
 void config_shared_resources_free(ConfigSharedResource *r, size_t n);

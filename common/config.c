@@ -363,6 +363,16 @@ bool config_node_is_null(const yaml_node_t *node) {
                streq(v, "NULL");
 }
 
+bool config_top_key_is_nvidia_setting(const ParseContext *ctx, const char *key) {
+        size_t n = strcspn(key, ".");
+
+        for (size_t i = 0; nvidia_sections[i]; i++)
+                if (strlen(nvidia_sections[i]) == n && strncmp(nvidia_sections[i], key, n) == 0)
+                        return true;
+        /* A key of a newer plugin in an NVIDIA file (warned about and ignored), not one of kgpu's. */
+        return ctx->nvidia_file && !option_by_key(key) && !key_is_section(key);
+}
+
 static void log_unknown_nvidia_key(ParseContext *ctx, const char *key, const yaml_node_t *node) {
         log_warning("%s:%zu: %s: unknown key, ignored (as the NVIDIA device plugin ignores keys it does not know).",
                     ctx->name, node->start_mark.line + 1, key);
@@ -529,6 +539,16 @@ static int parse_mapping(ParseContext *ctx, const char *prefix, yaml_node_t *nod
                                 return -ENOMEM;
                 }
 
+                if (!prefix && ctx->mode != CONFIG_PARSE_ALL) {
+                        bool nvidia = config_top_key_is_nvidia_setting(ctx, key);
+
+                        if (ctx->mode == CONFIG_PARSE_SKIP_NVIDIA && nvidia)
+                                continue;       /* the named config's instead */
+                        if (ctx->mode == CONFIG_PARSE_NVIDIA_ONLY && !nvidia)
+                                return config_parse_error(ctx, k, key, "a setting of kgpu.yaml, not of a named NVIDIA "
+                                                          "config (only version, flags, sharing, resources, imex and "
+                                                          "health are taken from it)");
+                }
                 if (v->type == YAML_MAPPING_NODE && streq(key, "sharing.timeSlicing")) {
                         ctx->time_slicing_line = v->start_mark.line + 1;
                         ctx->time_slicing_empty = v->data.mapping.pairs.top == v->data.mapping.pairs.start;
@@ -550,8 +570,9 @@ static int parse_mapping(ParseContext *ctx, const char *prefix, yaml_node_t *nod
 }
 
 
-static int parse_yaml(Config *c, const char *text, size_t len, const char *name, char **ret_error) {
-        ParseContext ctx = { .config = c, .name = name };
+static int parse_yaml(Config *c, const char *text, size_t len, const char *name, ConfigParseMode mode,
+                      char **ret_error) {
+        ParseContext ctx = { .config = c, .name = name, .mode = mode };
         yaml_parser_t parser;
         yaml_document_t doc;
         yaml_node_t *root;
@@ -667,6 +688,7 @@ static int finish(Config *c) {
 }
 
 static int config_build(const char *text, size_t len, const char *name,
+                        const char *overlay, size_t overlay_len, const char *overlay_name,
                         const ConfigOverride *overrides, size_t n_overrides,
                         Config **ret, char **ret_error) {
         _cleanup_(config_freep) Config *c = NULL;
@@ -680,12 +702,17 @@ static int config_build(const char *text, size_t len, const char *name,
         if (r < 0)
                 return r;
         if (text) {
-                r = parse_yaml(c, text, len, name, &error);
+                r = parse_yaml(c, text, len, name, overlay ? CONFIG_PARSE_SKIP_NVIDIA : CONFIG_PARSE_ALL, &error);
                 if (r < 0)
                         goto fail;
                 c->file = strdup(name);
                 if (!c->file)
                         return -ENOMEM;
+        }
+        if (overlay) {
+                r = parse_yaml(c, overlay, overlay_len, overlay_name, CONFIG_PARSE_NVIDIA_ONLY, &error);
+                if (r < 0)
+                        goto fail;
         }
         r = apply_environment(c, &error);
         if (r < 0)
@@ -712,12 +739,19 @@ fail:
 int config_load_string(const char *text, size_t len, const char *name,
                        const ConfigOverride *overrides, size_t n_overrides,
                        Config **ret, char **ret_error) {
-        return config_build(text, len, name ?: "<string>", overrides, n_overrides, ret, ret_error);
+        return config_build(text, len, name ?: "<string>", NULL, 0, NULL, overrides, n_overrides, ret, ret_error);
 }
 
 int config_load(const char *config_path,
                 const ConfigOverride *overrides, size_t n_overrides,
                 Config **ret, char **ret_error) {
+        return config_load_with_overlay(config_path, overrides, n_overrides, NULL, 0, NULL, ret, ret_error);
+}
+
+int config_load_with_overlay(const char *config_path,
+                             const ConfigOverride *overrides, size_t n_overrides,
+                             const char *overlay, size_t overlay_len, const char *overlay_name,
+                             Config **ret, char **ret_error) {
         _cleanup_free_ char *text = NULL;
         const char *path = config_path;
         bool explicit = true;
@@ -740,7 +774,8 @@ int config_load(const char *config_path,
                 if (!f) {
                         r = negative_errno();
                         if (r == -ENOENT && !explicit)
-                                return config_build(NULL, 0, path, overrides, n_overrides, ret, ret_error);
+                                return config_build(NULL, 0, path, overlay, overlay_len, overlay_name,
+                                                    overrides, n_overrides, ret, ret_error);
                         if (ret_error && asprintf(ret_error, "%s: cannot open: %s", path, strerror(-r)) < 0)
                                 *ret_error = NULL;
                         return r;
@@ -767,9 +802,10 @@ int config_load(const char *config_path,
                         return -EIO;
                 }
                 text[len] = 0;
-                return config_build(text, len, path, overrides, n_overrides, ret, ret_error);
+                return config_build(text, len, path, overlay, overlay_len, overlay_name,
+                                    overrides, n_overrides, ret, ret_error);
         }
-        return config_build(NULL, 0, "", overrides, n_overrides, ret, ret_error);
+        return config_build(NULL, 0, "", overlay, overlay_len, overlay_name, overrides, n_overrides, ret, ret_error);
 }
 
 const struct option *config_getopt_options(void) {

@@ -23,6 +23,7 @@
 #include "common/util.h"
 #include "daemons/broker/broker-dbus.h"
 #include "daemons/broker/manager.h"
+#include "daemons/broker/node-config.h"
 #include "daemons/broker/reconcile.h"
 #include "daemons/broker/reload.h"
 #include "daemons/broker/policy.h"
@@ -106,7 +107,7 @@ static const char *strna_sender(sd_bus_message *msg) {
 }
 
 /* The caller's uid as the bus daemon tells it, remembered per unique name. */
-static int caller_uid(Manager *m, sd_bus_message *msg, uid_t *ret) {
+int broker_dbus_caller_uid(Manager *m, sd_bus_message *msg, uid_t *ret) {
         _cleanup_(sd_bus_creds_unrefp) sd_bus_creds *creds = NULL;
         const char *sender = sd_bus_message_get_sender(msg);
         size_t n = sizeof(m->callers) / sizeof(m->callers[0]);
@@ -144,7 +145,7 @@ int broker_dbus_check_caller(Manager *m, sd_bus_message *msg, const char *method
         uid_t uid = (uid_t) -1;
         int r;
 
-        r = caller_uid(m, msg, &uid);
+        r = broker_dbus_caller_uid(m, msg, &uid);
 
         /* The broker's own uid is the same principal (it could just as well write the
          * database): allowing it makes an unprivileged test setup work. */
@@ -645,6 +646,15 @@ const sd_bus_vtable broker_vtable[] = {
                                 SD_BUS_NO_ARGS,
                                 SD_BUS_NO_RESULT,
                                 reload_method, SD_BUS_VTABLE_UNPRIVILEGED),
+        /* The named NVIDIA config a node label selects (node-config.c; kgpu-clusterd's call). */
+        SD_BUS_PROPERTY("NodeConfig", "s", node_config_property_get, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("NodeConfigRequested", "s", node_config_property_get, 0,
+                        SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("NodeConfigError", "s", node_config_property_get, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_METHOD_WITH_ARGS("SetNodeConfig",
+                                SD_BUS_ARGS("s", name),
+                                SD_BUS_NO_RESULT,
+                                node_config_set_method, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_SIGNAL_WITH_ARGS("ResourcesChanged",
                                 SD_BUS_ARGS("as", resources),
                                 0),

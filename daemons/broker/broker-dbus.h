@@ -13,6 +13,8 @@
  */
 #pragma once
 
+#include <sys/types.h>
+
 #include <systemd/sd-bus.h>
 
 typedef struct Manager Manager;
@@ -23,6 +25,8 @@ int broker_dbus_register(Manager *m);
 /* 0 if the sender may mutate (root, Config.grpc_user, the broker's own uid), else sets
  * io.kgpu.Error.AccessDenied in error and returns its negative errno; logs refusals. */
 int broker_dbus_check_caller(Manager *m, sd_bus_message *msg, const char *method, sd_bus_error *error);
+/* The caller's uid as the bus daemon tells it (remembered per unique name). */
+int broker_dbus_caller_uid(Manager *m, sd_bus_message *msg, uid_t *ret);
 /* Emits ResourcesChanged(names) if names is not empty. */
 int broker_dbus_emit_resources_changed(Manager *m, char * const *names);
 /* For --introspect. */

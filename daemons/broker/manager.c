@@ -87,6 +87,10 @@ int manager_new(Config *config, Manager **ret) {
                 log_warning("Cannot read /proc/sys/kernel/random/boot_id; allocations are recorded without "
                             "a boot id, ignoring.");
 
+        node_config_set_user(m, m->config);
+        m->node_config.in_force = strdup("");
+        if (!m->node_config.in_force)
+                return log_oom();
         if (!isempty(m->config->grpc_user)) {
                 errno = 0;
                 pw = getpwnam(m->config->grpc_user);
@@ -106,6 +110,7 @@ Manager *manager_free(Manager *m) {
         sd_bus_flush_close_unref(m->bus);
         mps_client_free(m->mps);
         free(m->problem);
+        node_config_done(&m->node_config);
         sd_event_unref(m->event);
         store_free(m->store);
         free(m->store_error);
@@ -214,6 +219,9 @@ int manager_start(Manager *m) {
         int r;
 
         manager_open_store(m);
+        r = node_config_restore(m);     /* before the GPUs: they are built into its resources */
+        if (r < 0)
+                return r;
         (void) inventory_load(m);
 
         r = bus_open_attached(m->event, "kgpu-brokerd", &m->bus);

@@ -23,6 +23,7 @@
 #include "common/cleanup.h"
 #include "common/config.h"
 #include "common/daemon.h"
+#include "daemons/broker/node-config.h"
 #include "daemons/broker/resources.h"
 #include "daemons/broker/store.h"
 
@@ -58,6 +59,8 @@ typedef struct Manager {
         sd_bus_slot *probe_match_properties;
         sd_bus_slot *probe_sync_slot;   /* pending GetManagedObjects */
         bool probe_synced;              /* a GetManagedObjects reply was applied */
+
+        NodeConfig node_config;         /* the named NVIDIA config in force (node-config.c) */
 
         struct MpsClient *mps;          /* SetMps calls sent to the probe (mps-client.c) */
         char *problem;                  /* last resources_problem() logged */

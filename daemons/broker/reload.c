@@ -21,9 +21,8 @@
 #include "daemons/broker/broker-dbus.h"
 #include "daemons/broker/manager.h"
 #include "daemons/broker/mps-client.h"
+#include "daemons/broker/node-config.h"
 #include "daemons/broker/reload.h"
-
-#define KGPU_ERROR_INVALID_CONFIG "io.kgpu.Error.InvalidConfig"
 
 static bool devices_equal(const Resources *a, const Resources *b, const char *resource) {
         _cleanup_free_ Device *da = NULL, *db = NULL;
@@ -93,29 +92,19 @@ static int build_resources(const Config *c, const Resources *old, Resources **re
         return 0;
 }
 
-int broker_reload(Manager *m, char **ret_error) {
-        _cleanup_(config_freep) Config *c = NULL;
+int broker_apply_config(Manager *m, Config *config, char **ret_error) {
+        _cleanup_(config_freep) Config *c = config;
         _cleanup_(resources_freep) Resources *res = NULL;
         _cleanup_strv_free_ char **changed = NULL;
         _cleanup_free_ char *error = NULL, *list = NULL;
         int r;
 
-        (void) sd_notify(false, "RELOADING=1\nSTATUS=Reloading the configuration...");
-
-        /* The loader and command line of the start (the daemon skeleton's), without its
-         * logging: the error goes to the caller and logLevel applies only at the swap. */
-        r = daemon_config_load(m->args ?: &(const DaemonArgs) {}, &c, &error);
-        if (r >= 0)
-                r = build_resources(c, m->resources, &res, &error);
+        r = build_resources(c, m->resources, &res, &error);
         if (r >= 0)
                 r = resources_diff(m->resources, res, &changed);
         if (r < 0) {
                 if (!error && asprintf(&error, "%s", strerror(-r)) < 0)
                         error = NULL;
-                log_error("Refusing to reload the configuration, the running one stays in force: %s",
-                          error ?: "out of memory");
-                (void) sd_notify(false, "READY=1");
-                manager_update_status(m);
                 if (ret_error)
                         *ret_error = TAKE_PTR(error);
                 return r == -ENOMEM ? r : -EINVAL;
@@ -134,6 +123,7 @@ int broker_reload(Manager *m, char **ret_error) {
                 m->grpc_uid = pw ? pw->pw_uid : (uid_t) -1;
         } else
                 m->grpc_uid = (uid_t) -1;
+        node_config_set_user(m, c);
         if (c->log_level) {
                 int level = log_level_from_string(c->log_level);
 
@@ -148,12 +138,42 @@ int broker_reload(Manager *m, char **ret_error) {
                 store_set_max_allocations(m->store, m->config->max_allocations);
 
         list = strv_join(changed, " ");
-        log_info("Reloaded the configuration from %s; %zu resource(s) changed%s%s; allocations kept.",
+        log_info("Applied the configuration from %s; %zu resource(s) changed%s%s; allocations kept.",
                  m->config->file ?: "defaults", strv_length(changed), strv_length(changed) > 0 ? ": " : "",
                  list ?: "");
         (void) broker_dbus_emit_resources_changed(m, changed);
         manager_log_problem(m);
         (void) mps_client_sync(m, true);        /* MPS added, changed or removed */
+        return 0;
+}
+
+int broker_reload(Manager *m, char **ret_error) {
+        _cleanup_(config_freep) Config *c = NULL;
+        _cleanup_free_ char *error = NULL, *name = NULL, *note = NULL;
+        int r;
+
+        (void) sd_notify(false, "RELOADING=1\nSTATUS=Reloading the configuration...");
+
+        /* The loader and command line of the start (the daemon skeleton's), without its
+         * logging: the error goes to the caller and logLevel applies only at the swap;
+         * with the named NVIDIA config the node label asks for (node-config.h). */
+        r = node_config_load_for_reload(m, &c, &name, &note, &error);
+        if (r >= 0)
+                r = broker_apply_config(m, TAKE_PTR(c), &error);
+        if (r < 0) {
+                if (!error && asprintf(&error, "%s", strerror(-r)) < 0)
+                        error = NULL;
+                log_error("Refusing to reload the configuration, the running one stays in force: %s",
+                          error ?: "out of memory");
+                (void) sd_notify(false, "READY=1");
+                manager_update_status(m);
+                if (ret_error)
+                        *ret_error = TAKE_PTR(error);
+                return r == -ENOMEM ? r : -EINVAL;
+        }
+        node_config_commit(m, name, note);
+        log_info("Reloaded the configuration from %s%s%s.", m->config->file ?: "defaults",
+                 isempty(name) ? "" : " with the named NVIDIA config ", name ?: "");
         (void) sd_notify(false, "READY=1");
         manager_update_status(m);
         return 0;
