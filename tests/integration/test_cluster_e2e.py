@@ -18,8 +18,10 @@
 # withdrawn); another node's label changes nothing; an unknown name → the config in
 # force stays (devices unchanged), Broker1.NodeConfigRequested is the name,
 # NodeConfigError says why, kgpuctl status shows both, clusterd's log names it; back
-# to mps, then a broker restart: clusterd sends the label to the new broker, the MPS
-# slices come back. No daemon is restarted by any switch (same pids), and kgpu-clusterd
+# to mps; the broker stopped, the label changed to ts2 meanwhile, the broker started:
+# clusterd tells the new broker (2 replicas); mps again: the slices become Healthy
+# (the probe runs MPS for a named config) and an Allocate of the 4 GB slice carries its
+# limit. No daemon is restarted by any switch (same pids), and kgpu-clusterd
 # talked to the simulator as user kgpu-cluster (its client certificate's CN) over TLS.
 #
 # Case "API server faults": label ts2 first (2 replicas); then in turn: the server down
@@ -32,10 +34,12 @@
 # Broker1.NodeConfigRequested shows that the broker was never told anything but the
 # label's values in turn (never "" nor a fallback), and kgpu-clusterd never exited.
 
+import os
 import threading
 import time
 
 from harness import check, RES_I915, RES_XE
+from kubelet_sim import socket_name_for
 from cluster_sim import run_cluster_cases, NODE_NAME, LABEL
 from nvidia_sim import L40S, RES_GPU, yaml_config, wait_devices
 
@@ -73,9 +77,12 @@ def pids(ctx):
 
 
 def wait_withdrawn(node, resource, timeout=15):
-    for r, cl in node.kubelet.plugin_items():
-        if r == resource:
-            cl.wait_update(lambda d: d == [], timeout=timeout)
+    """No devices any more, or the resource's socket closed (grpcd's grace period for a
+    resource the broker no longer advertises), as test_nvidia_mps.py checks it."""
+    sock = os.path.join(node.plugin_dir, socket_name_for(resource))
+    node.wait_for(lambda: check(not os.path.exists(sock) or not node.kubelet.plugin(resource).devices(),
+                                '%s still advertised: %r' % (resource, node.kubelet.plugin(resource).devices())),
+                  timeout, what='%s withdrawn' % resource)
 
 
 def check_client_identity(ctx):
@@ -102,13 +109,11 @@ def label_switch(ctx):
 
     # mps: the slices, live.
     ctx.sim.set_node_label(NODE_NAME, LABEL, 'mps')
-    wait_devices(node, RES_2GB, [L40S + '::0', L40S + '::1'], timeout=20)
-    wait_devices(node, RES_4GB, [L40S + '::2'], timeout=20)
+    wait_devices(node, RES_2GB, [L40S + '::0', L40S + '::1'], healthy=False, timeout=20)
+    wait_devices(node, RES_4GB, [L40S + '::2'], healthy=False, timeout=20)
     wait_withdrawn(node, RES_GPU)
     c = ctx.wait_node_config(lambda c: c['NodeConfig'] == 'mps', what='mps in force')
     check(c['NodeConfigRequested'] == 'mps' and c['NodeConfigError'] == '', 'after mps: %r' % c)
-    a = node.kubelet.plugin(RES_4GB).allocate([L40S + '::2'])
-    check(a['envs'].get('CUDA_MPS_PINNED_DEVICE_MEM_LIMIT') == '0=4096M', 'the 4 GB slice\'s answer: %r' % a)
 
     # Removed → the default again.
     ctx.sim.remove_node_label(NODE_NAME, LABEL)
@@ -141,14 +146,27 @@ def label_switch(ctx):
     # Back to mps, then a broker restart: clusterd tells the new one.
     ctx.sim.set_node_label(NODE_NAME, LABEL, 'mps')
     ctx.wait_node_config(lambda c: c['NodeConfig'] == 'mps' and c['NodeConfigError'] == '', what='mps again')
-    wait_devices(node, RES_2GB, [L40S + '::0', L40S + '::1'], timeout=20)
+    wait_devices(node, RES_2GB, [L40S + '::0', L40S + '::1'], healthy=False, timeout=20)
     after = pids(ctx)
     check(after == before, 'a daemon was restarted by the switches: %r -> %r' % (before, after))
+    # The broker goes away, the label changes meanwhile: the new broker (which restores
+    # 'mps', the name in force it kept) is told the label's value by clusterd.
+    node.daemons['broker'].stop()
+    ctx.sim.set_node_label(NODE_NAME, LABEL, 'ts2')
+    time.sleep(1)
     node.restart_broker()
-    ctx.wait_node_config(lambda c: c['NodeConfig'] == 'mps' and c['NodeConfigRequested'] == 'mps',
+    ctx.wait_node_config(lambda c: c['NodeConfig'] == 'ts2' and c['NodeConfigRequested'] == 'ts2',
                          what='the label after a broker restart')
-    wait_devices(node, RES_2GB, [L40S + '::0', L40S + '::1'], timeout=20)
+    wait_devices(node, RES_GPU, replicas(2), timeout=20)
     check(ctx.clusterd.alive(), 'clusterd exited on the broker restart')
+    ctx.sim.set_node_label(NODE_NAME, LABEL, 'mps')
+
+    # The slices are usable only once the probe runs MPS for them: it must take the named
+    # config's MPS section as its own policy (root's file in nvidiaConfigs.directory).
+    wait_devices(node, RES_2GB, [L40S + '::0', L40S + '::1'], timeout=20)
+    wait_devices(node, RES_4GB, [L40S + '::2'], timeout=20)
+    a = node.kubelet.plugin(RES_4GB).allocate([L40S + '::2'])
+    check(a['envs'].get('CUDA_MPS_PINNED_DEVICE_MEM_LIMIT') == '0=4096M', 'the 4 GB slice\'s answer: %r' % a)
 
 
 def harness_ids(node, resource):
