@@ -24,4 +24,5 @@
 #define KGPU_ERROR_ACCESS_DENIED    "io.kgpu.Error.AccessDenied"
 #define KGPU_ERROR_MPS_FAILED       "io.kgpu.Error.MpsFailed"
 #define KGPU_ERROR_KUBELET_UNAVAILABLE "io.kgpu.Error.KubeletUnavailable"
+#define KGPU_ERROR_NO_GAS_POD      "io.kgpu.Error.NoGasPod"
 #define KGPU_ERROR_REFUSED          "io.kgpu.Error.Refused"

@@ -79,7 +79,7 @@ static const ConfigOption options[] = {
           "monitoring resources: single (gpu.intel.com/monitoring) or split (i915_monitoring, xe_monitoring)",
           config_intel_monitoring_mode_names },
         { "intel.resourceManager", { NULL }, "resource-manager", OPTION_BOOL, OFF(intel_resource_manager),
-          "false", 0, 0, "Intel fractional resource manager (accepted for compatibility, not supported)" },
+          "false", 0, 0, "Intel resource manager: Allocate of i915/xe hands out the cards (and tiles) GPU Aware Scheduling chose, from the pod annotations kgpu-clusterd sends" },
         { "intel.healthManagement", { NULL }, "health-management", OPTION_BOOL, OFF(intel_health_management),
           "false", 0, 0, "Intel Level-Zero health (accepted for compatibility; health comes from udev)" },
         { "intel.byPath", { NULL }, "bypath", OPTION_BY_PATH, OFF(intel_by_path), "single", 0, 0,

@@ -140,7 +140,7 @@ typedef struct Config {
         char **intel_deny_ids;          /* intel.denyIDs (never both lists: config_load() refuses it) */
         bool intel_enable_monitoring;   /* intel.enableMonitoring, -enable-monitoring */
         ConfigIntelMonitoringMode intel_monitoring_mode; /* intel.monitoringMode, -monitoring-mode (default single) */
-        bool intel_resource_manager;    /* intel.resourceManager, -resource-manager (accepted, not supported) */
+        bool intel_resource_manager;    /* intel.resourceManager, -resource-manager: GAS's choice (gas-dbus.c) */
         bool intel_health_management;   /* intel.healthManagement, -health-management (accepted; health is udev's) */
         ConfigByPath intel_by_path;     /* intel.byPath, -bypath (default single) */
         bool intel_cdi_devices;         /* intel.cdiDevices: name CDI devices in Allocate answers */

@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemons/broker/broker-dbus.h"
+#include "daemons/broker/gas-dbus.h"
 #include "daemons/broker/manager.h"
 #include "daemons/broker/node-config.h"
 #include "daemons/broker/reconcile.h"
@@ -291,8 +292,14 @@ static int method_get_preferred_allocation(sd_bus_message *msg, void *userdata, 
                 if (r < 0)
                         return r;
 
-                r = resources_preferred_allocation(m->resources, resource, available, must, size,
-                                                   &preferred, &e);
+                if (gas_applies(m, resource) && n == 1) {
+                        r = resources_check_preferred(m->resources, resource,
+                                                      (char * const *[]) { must, available }, 2, size, &e);
+                        if (r >= 0)
+                                r = gas_preferred(m, resource, available, must, size, &preferred);
+                } else
+                        r = resources_preferred_allocation(m->resources, resource, available, must, size,
+                                                           &preferred, &e);
                 if (r < 0)
                         return reply_resource_error(&e, r, error);
                 r = sd_bus_message_append_strv(reply, preferred);
@@ -379,7 +386,8 @@ static int append_pairs(sd_bus_message *reply, char * const *pairs) {
         return sd_bus_message_close_container(reply);
 }
 
-static int append_allocate_response(Manager *m, sd_bus_message *reply, const char *resource, char * const *ids) {
+static int append_allocate_response(Manager *m, sd_bus_message *reply, const char *resource, char * const *ids,
+                                    const char *affinity_mask) {
         _cleanup_free_ DeviceSpec *specs = NULL;
         _cleanup_free_ MountSpec *mounts = NULL;
         _cleanup_strv_free_ char **cdi = NULL, **envs = NULL, **annotations = NULL;
@@ -395,6 +403,13 @@ static int append_allocate_response(Manager *m, sd_bus_message *reply, const cha
         r = resources_allocate_envs(m->resources, resource, ids, &envs, &annotations);
         if (r < 0)
                 return r;
+        if (affinity_mask) {
+                r = strv_extend(&envs, GAS_AFFINITY_ENV);
+                if (r >= 0)
+                        r = strv_extend(&envs, affinity_mask);
+                if (r < 0)
+                        return r;
+        }
 
         r = sd_bus_message_open_container(reply, 'r', "a{ss}a(ssb)a(sss)a{ss}as");
         if (r < 0)
@@ -455,6 +470,7 @@ static int method_allocate(sd_bus_message *msg, void *userdata, sd_bus_error *er
         _cleanup_(requests_done) Requests q = {};
         _cleanup_free_ uint64_t *ids = NULL;
         _cleanup_free_ StoreSuperseded *superseded = NULL;
+        GasChoice gas = {};
         size_t n_superseded = 0;
         Manager *m = userdata;
         ResourceError e = {};
@@ -482,6 +498,11 @@ static int method_allocate(sd_bus_message *msg, void *userdata, sd_bus_error *er
                                          "State database unavailable, refusing to allocate: %s",
                                          m->store_error ?: "not open");
         }
+        if (gas_applies(m, resource)) {
+                r = gas_allocate_choose(m, resource, (char ** const *) q.lists, q.n, &gas, error);
+                if (r < 0)
+                        return r;
+        }
         r = check_share_limit(m, resource, &q, error);
         if (r < 0)
                 return r;
@@ -494,7 +515,7 @@ static int method_allocate(sd_bus_message *msg, void *userdata, sd_bus_error *er
         if (r < 0)
                 return r;
         for (size_t i = 0; i < q.n; i++) {
-                r = append_allocate_response(m, reply, resource, q.lists[i]);
+                r = append_allocate_response(m, reply, resource, q.lists[i], gas.mask);
                 if (r < 0)
                         return r;
         }
@@ -534,6 +555,7 @@ static int method_allocate(sd_bus_message *msg, void *userdata, sd_bus_error *er
                            ids[i], resource, list ?: "(out of memory)", old ? " (supersedes " : "", old ?: "",
                            old ? ", whose devices went to this container)" : "");
         }
+        gas_allocate_done(m, &gas);
         return sd_bus_send(NULL, reply, NULL);
 }
 
@@ -655,6 +677,10 @@ const sd_bus_vtable broker_vtable[] = {
                                 SD_BUS_ARGS("s", name),
                                 SD_BUS_NO_RESULT,
                                 node_config_set_method, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("SetGasPods",
+                                SD_BUS_ARGS("a(ssssssaa{sx})", pods),
+                                SD_BUS_NO_RESULT,
+                                gas_method_set_pods, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_SIGNAL_WITH_ARGS("ResourcesChanged",
                                 SD_BUS_ARGS("as", resources),
                                 0),

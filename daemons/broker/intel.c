@@ -710,9 +710,10 @@ static int intel_describe(const Resources *r, const Config *c, BackendNote **not
         int k;
 
         if (c->intel_resource_manager) {
-                k = backend_note_add(notes, n_notes, LOG_WARNING,
-                                     "intel.resourceManager (-resource-manager): the Intel fractional resource "
-                                     "manager is not supported, ignoring; sharing is intel.sharedDevNum.");
+                k = backend_note_add(notes, n_notes, LOG_INFO,
+                                     "intel.resourceManager (-resource-manager): Allocate of gpu.intel.com/i915 and "
+                                     "xe serves the cards GPU Aware Scheduling chose (pod annotations from "
+                                     "kgpu-clusterd).");
                 if (k < 0)
                         return k;
         }

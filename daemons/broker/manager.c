@@ -29,6 +29,7 @@
 #include "common/util.h"
 #include "daemons/broker/broker-dbus.h"
 #include "daemons/broker/manager.h"
+#include "daemons/broker/gas.h"
 #include "daemons/broker/inventory.h"
 #include "daemons/broker/mps-client.h"
 #include "daemons/broker/probe-client.h"
@@ -115,6 +116,7 @@ Manager *manager_free(Manager *m) {
         store_free(m->store);
         free(m->store_error);
         resources_free(m->resources);
+        gas_set_free(m->gas_pods);
         free(m->boot_id);
         config_free(m->config);
         return mfree(m);

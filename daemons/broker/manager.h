@@ -65,6 +65,9 @@ typedef struct Manager {
         struct MpsClient *mps;          /* SetMps calls sent to the probe (mps-client.c) */
         char *problem;                  /* last resources_problem() logged */
         const char *problem_label;      /* whose GPUs it was about (static) */
+
+        /* Intel resource manager (gas-dbus.c): the pods kgpu-clusterd sent last. */
+        struct GasSet *gas_pods;        /* NULL: none received since the start */
 } Manager;
 
 int manager_new(Config *config, Manager **ret);        /* takes config (also on failure); logs */

@@ -90,6 +90,7 @@ GrpcStatus grpcd_status_from_bus_error(const char *error_name) {
                 { SD_BUS_ERROR_INVALID_ARGS,                     GRPC_STATUS_INVALID_ARGUMENT },
                 { KGPU_ERROR_UNHEALTHY,                          GRPC_STATUS_FAILED_PRECONDITION },
                 { KGPU_ERROR_EXHAUSTED,                          GRPC_STATUS_FAILED_PRECONDITION },
+                { KGPU_ERROR_NO_GAS_POD,                         GRPC_STATUS_FAILED_PRECONDITION },
                 { KGPU_ERROR_TOO_MANY_ALLOCATIONS,               GRPC_STATUS_RESOURCE_EXHAUSTED },
                 { KGPU_ERROR_ACCESS_DENIED,                      GRPC_STATUS_PERMISSION_DENIED },
                 { SD_BUS_ERROR_ACCESS_DENIED,                    GRPC_STATUS_PERMISSION_DENIED },

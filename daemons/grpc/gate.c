@@ -27,6 +27,7 @@
 #define QUOTE_MAX               100     /* bytes of hostile text quoted in a reason */
 #define ANNOTATION_NAME_MAX     63
 #define MPS_LIMIT_MAX           256     /* bytes in CUDA_MPS_PINNED_DEVICE_MEM_LIMIT */
+#define AFFINITY_MASK_MAX       1024    /* bytes in ZE_AFFINITY_MASK */
 
 typedef enum Vendor {
         VENDOR_NONE,
@@ -325,9 +326,32 @@ static bool mps_limit_item(const Grant *g, const char *s, size_t len) {
         return b > 0 && a + 1 + b + 1 == len && s[a + 1 + b] == 'M';
 }
 
+/* "<i>" or "<i>.<t>" (Level Zero device and sub-device, decimal), i below the number of
+ * granted GPUs: the device index is what the container sees, so it can name no other. */
+static bool affinity_item(const Grant *g, const char *s, size_t len) {
+        size_t a = strspn(s, "0123456789"), b = 0;
+        uint32_t i = 0;
+
+        if (a == 0 || a > 4 || a > len)
+                return false;
+        for (size_t k = 0; k < a; k++)
+                i = i * 10 + (uint32_t) (s[k] - '0');
+        if (a < len) {
+                if (s[a] != '.')
+                        return false;
+                b = strspn(s + a + 1, "0123456789");
+                if (b == 0 || b > 4 || a + 1 + b != len)
+                        return false;
+        }
+        return i < g->n_units;
+}
+
 static bool env_granted(const Grant *g, const char *key, const char *value) {
         uint32_t pct;
 
+        if (g->vendor == VENDOR_INTEL && !g->monitoring && g->n_units > 0 && value &&
+            streq(key, "ZE_AFFINITY_MASK"))
+                return strlen(value) <= AFFINITY_MASK_MAX && list_granted(g, value, affinity_item);
         if (g->vendor != VENDOR_NVIDIA || g->n_units == 0 || !value)
                 return false;
         if (streq(key, "NVIDIA_VISIBLE_DEVICES"))

@@ -29,7 +29,9 @@
  *  - Envs: NVIDIA_VISIBLE_DEVICES (NVIDIA grant) = GATE_NVIDIA_VOLUME_MOUNTS_ROOT or a
  *    ','-list of granted names; with a granted MPS GPU CUDA_MPS_PIPE_DIRECTORY = the
  *    pipe's container path, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT = "<n>=<n>M"[,...],
- *    CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 1..100. No other name.
+ *    CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 1..100; with an Intel GPU grant (not monitoring)
+ *    ZE_AFFINITY_MASK = a ','-list of "<i>" or "<i>.<t>" (1 to 4 digits each, i below the
+ *    number of distinct GPUs granted; the Intel resource manager's tile mask). No other name.
  *  - Annotations: key = cdi_annotation_prefix + 1..63 of [A-Za-z0-9._-]; value a
  *    ','-list of CDI names as below.
  *  - CDI names: GATE_CDI_KIND_INTEL "=" a granted Intel GPU's Id, GATE_CDI_KIND_NVIDIA
