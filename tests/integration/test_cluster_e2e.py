@@ -33,12 +33,25 @@
 # is dropped, clusterd lists again, the change arrives). Throughout, a sampler of
 # Broker1.NodeConfigRequested shows that the broker was never told anything but the
 # label's values in turn (never "" nor a fallback), and kgpu-clusterd never exited.
+#
+# Case "GAS annotations choose the cards" (layout eight-gpus, intel.resourceManager,
+# sharedDevNum 2): pods created in the simulator on this node, Pending, with GAS's
+# annotations (pod-a gas-container-cards card2; pod-b card5 with gas-container-tiles
+# card5:gt1; a pod of another node naming card7 and older, which must not count): the
+# kubelet's GetPreferredAllocation + Allocate for pod-a gets a device of card2 (its DRM
+# nodes), for pod-b one of card5 with ZE_AFFINITY_MASK=0.1; a pod without annotations is
+# refused with FAILED_PRECONDITION and a reason.
 
 import os
 import threading
 import time
 
+import grpc
+
+import intel_devmgr
+
 from harness import check, RES_I915, RES_XE
+from intel_devmgr import gpu_of
 from kubelet_sim import socket_name_for
 from cluster_sim import run_cluster_cases, NODE_NAME, LABEL
 from nvidia_sim import L40S, RES_GPU, yaml_config, wait_devices
@@ -272,10 +285,80 @@ def api_faults(ctx):
     check(ctx.clusterd.alive(), 'kgpu-clusterd exited')
 
 
+# --- Intel resource manager: GAS annotations ---------------------------------------------
+# Layout eight-gpus: 8x i915 (Max 1550, 2 tiles each), card<i> is GPU G[i].
+G = ['0000:%s:00.0' % b for b in ('18', '28', '38', '48', '98', 'a8', 'b8', 'c8')]
+GAS_NODE = dict(layout='eight-gpus', resources=[RES_I915],
+                config_extra='intel:\n  resourceManager: true\n  sharedDevNum: 2\n')
+ONE_I915 = [{'name': 'main', 'limits': {RES_I915: '1'}}]
+
+
+def gas_allocate(ctx, dm, pod, want_gpu, timeout=20):
+    """The kubelet's admission of `pod` (one container, one i915), retried while the
+    broker has not heard of the pod yet (FAILED_PRECONDITION); returns (ids, answer)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        ids = dm.cl.get_preferred_allocation(list(dm.free), [], 1)
+        try:
+            answer = dm.cl.allocate(ids)
+        except grpc.RpcError as e:
+            check(e.code() == grpc.StatusCode.FAILED_PRECONDITION, '%s: Allocate failed with %s: %s' % (
+                pod, e.code(), e.details()))
+            last = e.details()
+            time.sleep(0.3)
+            continue
+        check([gpu_of(i) for i in ids] == [want_gpu], '%s: preferred %r, expected a device of %s' % (pod, ids, want_gpu))
+        for i in ids:
+            dm.free.remove(i)
+        dm.pods[pod] = (ids, answer)
+        dm.publish()
+        return ids, answer
+    raise AssertionError('%s: Allocate refused for %ss (last: %r); clusterd log:\n%s' % (
+        pod, timeout, last, ctx.clusterd_log()[-2000:]))
+
+
+def gas_pods(ctx):
+    node, sim = ctx.node, ctx.sim
+    dm = intel_devmgr.DeviceManager(node)
+    check(len(dm.all_ids) == 16, 'eight GPUs x sharedDevNum 2: %r' % dm.all_ids)
+    ctx.wait_watch('pods')
+    # Two pods GAS placed on different cards (the second with a tile), one it never saw.
+    sim.add_pod('default', 'pod-a', node_name=NODE_NAME, containers=ONE_I915,
+                annotations={'gas-ts': '1700000000000000001', 'gas-container-cards': 'card2'})
+    sim.add_pod('default', 'pod-b', node_name=NODE_NAME, containers=ONE_I915,
+                annotations={'gas-ts': '1700000000000000002', 'gas-container-cards': 'card5',
+                             'gas-container-tiles': 'card5:gt1'})
+    # Another node's GAS pod is not this node's business.
+    sim.add_pod('default', 'elsewhere', node_name='other-node', containers=ONE_I915,
+                annotations={'gas-ts': '1600000000000000000', 'gas-container-cards': 'card7'})
+    _, a = gas_allocate(ctx, dm, 'pod-a', G[2])
+    nodes = sorted(d['host_path'] for d in a['devices'])
+    check(nodes == ['/dev/dri/card2', '/dev/dri/renderD130'], 'pod-a: device nodes %r' % nodes)
+    check('ZE_AFFINITY_MASK' not in a['envs'], 'pod-a (no tiles): envs %r' % a['envs'])
+    _, b = gas_allocate(ctx, dm, 'pod-b', G[5])
+    nodes = sorted(d['host_path'] for d in b['devices'])
+    check(nodes == ['/dev/dri/card5', '/dev/dri/renderD133'], 'pod-b: device nodes %r' % nodes)
+    check(b['envs'].get('ZE_AFFINITY_MASK') == '0.1', 'pod-b (card5:gt1): envs %r' % b['envs'])
+
+    # A pod without GAS annotations: refused, saying why.
+    sim.add_pod('default', 'plain', node_name=NODE_NAME, containers=ONE_I915)
+    time.sleep(1.5)
+    ids = dm.cl.get_preferred_allocation(list(dm.free), [], 1)
+    try:
+        ans = dm.cl.allocate(ids)
+        raise AssertionError('a pod without GAS annotations got %r' % ans)
+    except grpc.RpcError as e:
+        msg = e.details() or ''
+        check(e.code() == grpc.StatusCode.FAILED_PRECONDITION, 'plain pod: %s %s' % (e.code(), msg))
+        check('gas' in msg.lower() or 'annotation' in msg.lower(), 'plain pod: the refusal %r gives no reason' % msg)
+
+
 NODE = dict(nvidia_scenario='l40s', resources=INTEL)
 CASES = [
     ('label selects the NVIDIA config live', NODE, dict(configs=CONFIGS, default='ts4'), label_switch),
     ('API server down, slow, 410, 401, garbage', NODE, dict(configs=CONFIGS, default='ts4'), api_faults),
+    ('GAS annotations choose the cards (resource manager)', GAS_NODE, dict(), gas_pods),
 ]
 
 if __name__ == '__main__':
