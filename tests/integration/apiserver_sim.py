@@ -156,6 +156,7 @@
 
 import argparse
 import asyncio
+import base64
 import copy
 import datetime
 import gzip
@@ -196,13 +197,22 @@ POD_FIELDS = {
     'spec.hostNetwork': lambda o: 'true' if o.get('spec', {}).get('hostNetwork') else 'false',
     'status.phase': lambda o: o.get('status', {}).get('phase', '') or '',
     'status.podIP': lambda o: o.get('status', {}).get('podIP', '') or '',
+    'status.podIPs': lambda o: _second_ip(o),
     'status.nominatedNodeName': lambda o: o.get('status', {}).get('nominatedNodeName', '') or '',
 }
 FIELDS = {'nodes': NODE_FIELDS, 'pods': POD_FIELDS}
+FIELD_ALIASES = {'pods': {'spec.host': 'spec.nodeName'}, 'nodes': {}}
+
+
+def _second_ip(o):
+    ips = o.get('status', {}).get('podIPs') or []
+    return (ips[1].get('ip', '') if len(ips) > 1 and isinstance(ips[1], dict) else '')
 DEFAULT_RBAC = [{'users': ['kgpu-cluster'], 'groups': ['system:serviceaccounts:kgpu'],
                  'verbs': ['get', 'list', 'watch'], 'resources': ['nodes', 'pods']}]
 MIN_REQUEST_TIMEOUT = 1800.0
 GZIP_THRESHOLD = 128 * 1024
+H1_BUFFER = 2048          # net/http bufferBeforeChunkingSize
+H2_BUFFER = 4096          # x/net/http2 handlerChunkWriteSize
 MAX_REQUEST_HEADER = 64 * 1024
 MAX_REQUEST_BODY = 1024 * 1024
 WATCH_QUEUE_MAX = 10000
@@ -238,6 +248,16 @@ class HttpError(Exception):
 
 def _bad_request(msg):
     return HttpError(400, status_obj(400, 'BadRequest', msg))
+
+
+def _invalid(errs):
+    """errs: [(field, 'Forbidden'|'NotSupported', text)] -> 422 as apierrors.NewInvalid."""
+    texts = ['%s: %s' % (f, ('Forbidden: ' + t) if k == 'Forbidden' else t) for f, k, t in errs]
+    agg = texts[0] if len(texts) == 1 else '[' + ', '.join(texts) + ']'
+    causes = [{'reason': 'FieldValueForbidden' if k == 'Forbidden' else 'FieldValueNotSupported',
+               'message': ('Forbidden: ' + t) if k == 'Forbidden' else t, 'field': f} for f, k, t in errs]
+    return HttpError(422, status_obj(422, 'Invalid', 'ListOptions.meta.k8s.io "" is invalid: ' + agg,
+                                     {'group': 'meta.k8s.io', 'kind': 'ListOptions', 'causes': causes}))
 
 
 def _invalid_list_options(field, value, msg):
@@ -278,6 +298,7 @@ def parse_field_selector(resource, text):
         else:
             raise _bad_request("invalid selector: '%s'; can't understand '%s'" % (text, p))
         value = value.replace('\\,', ',').replace('\\=', '=').replace('\\\\', '\\')
+        field = FIELD_ALIASES[resource].get(field, field)
         if field not in FIELDS[resource]:
             raise _bad_request('field label not supported: %s' % field)
         terms.append((field, '!=' if op == '!=' else '=', value))
@@ -343,6 +364,17 @@ def with_kind(resource, obj):
         if k not in ('kind', 'apiVersion'):
             out[k] = v
     return out
+
+
+CONTINUE_EXPIRED = ('The provided continue parameter is too old to display a consistent list result. You can start '
+                    'a new list without the continue parameter, or use the continue token in this response to '
+                    'retrieve the remainder of the results. Continuing with the provided token results in an '
+                    'inconsistent list - objects that were created, modified, or deleted between the time the first '
+                    'chunk was returned and now may show up in the list.')
+
+
+def _keystr(resource, key):
+    return '/'.join(key) if resource == 'pods' else key
 
 
 def _key(resource, obj):
@@ -741,6 +773,8 @@ class ApiServerSim:
         self._ready = threading.Event()
         self._start_error = None
         self._changed = None
+        self.content_length_always = False
+        self.bookmark_style = 'docs'
 
     # --------------------------------------------------------------- life cycle
     def _ssl_context(self):
@@ -845,13 +879,16 @@ class ApiServerSim:
         self._close_all()
         return True
 
-    @_on_loop
     def up(self):
-        """Listens again on the same port."""
-        if self._server is not None:
+        """Listens again on the same port (returns once listening)."""
+        if threading.get_ident() == self._loop_tid:
+            if self._server is None:
+                asyncio.ensure_future(self._listen())
             return True
-        fut = asyncio.ensure_future(self._listen())
-        return fut is not None
+        if self._server is None:
+            asyncio.run_coroutine_threadsafe(self._listen(), self._loop).result(CALL_TIMEOUT)
+        return True
+    up.public = True
 
     def wait_up(self, timeout=10):
         end = time.time() + timeout
@@ -1162,7 +1199,8 @@ class ApiServerSim:
         if len(body) >= GZIP_THRESHOLD and 'gzip' in req.headers.get('accept-encoding', ''):
             body = gzip.compress(body, 1)
             hs.append(('Content-Encoding', 'gzip'))
-        await resp.start(code, hs, len(body))
+        limit = H2_BUFFER if isinstance(resp, H2Responder) else H1_BUFFER
+        await resp.start(code, hs, len(body) if len(body) <= limit or self.content_length_always else None)
         await resp.write(body)
         await resp.end()
 
@@ -1258,7 +1296,15 @@ class ApiServerSim:
                 await self._send(req, resp, 200, {'major': '1', 'minor': '31', 'gitVersion': 'v1.31.0-kgpu-sim',
                                                   'platform': 'linux/amd64'})
                 return
-            if route is None or route[0] == '?':
+            if route is None:
+                # A non-resource path: RBAC decides (nonResourceURLs), then Go's 404 page.
+                if not self._authorize(req.user, req.groups, 'get', 'nonresource:' + req.path, None):
+                    raise HttpError(403, status_obj(403, 'Forbidden', 'forbidden: User "%s" cannot get path "%s"'
+                                                    % (req.user, req.path), {}))
+                await self._send(req, resp, 404, b'404 page not found\n',
+                                 [('X-Content-Type-Options', 'nosniff')], content_type='text/plain; charset=utf-8')
+                return
+            if route[0] == '?':
                 raise HttpError(404, status_obj(404, 'NotFound', 'the server could not find the requested resource',
                                                 {}))
             resource, namespace, name = route
@@ -1309,6 +1355,13 @@ class ApiServerSim:
                 st = status_obj(401, 'Unauthorized', 'Unauthorized')
             elif code == 403:
                 raise self._forbidden(req.user, verb, resource, None, None)
+            elif code == 429 and p.get('style', 'text') == 'text':
+                # The priority-and-fairness and max-in-flight filters: net/http's http.Error.
+                ra = int(p.get('retry_after', 1))
+                await self._send(req, resp, 429, b'Too many requests, please try again later.\n',
+                                 [('Retry-After', str(ra)), ('X-Content-Type-Options', 'nosniff')],
+                                 content_type='text/plain; charset=utf-8')
+                return True
             elif code == 429:
                 ra = int(p.get('retry_after', 1))
                 st = status_obj(429, 'TooManyRequests', p.get('message', 'Too many requests, please try again later.'),
@@ -1400,7 +1453,7 @@ class ApiServerSim:
                     except asyncio.TimeoutError:
                         pass
                 if self.rv < n:
-                    raise HttpError(504, status_obj(504, 'Timeout', 'Too large resource version: %d, current: %d' % (n, self.rv),
+                    raise HttpError(504, status_obj(504, 'Timeout', 'Timeout: Too large resource version: %d, current: %d' % (n, self.rv),
                                                     {'causes': [{'reason': 'ResourceVersionTooLarge',
                                                                  'message': 'Too large resource version'}],
                                                      'retryAfterSeconds': 1}), [('Retry-After', '1')])
@@ -1411,26 +1464,64 @@ class ApiServerSim:
                     raise HttpError(410, status_obj(410, 'Expired', 'The resourceVersion for the provided list is too old.'))
                 state = self._state_at(resource, n)
                 list_rv = n
-        items = [o for _k, o in sorted(state.items()) if match(o)]
+        keys = sorted(state)
+        start_after = None
+        cont = req.query.get('continue', '')
+        if cont:
+            if rvs:
+                raise _invalid([('resourceVersion', 'Forbidden', 'specifying resource version is not allowed when using continue')])
+            try:
+                tok = json.loads(base64.urlsafe_b64decode(cont + '=' * (-len(cont) % 4)))
+                list_rv, start_after = int(tok['rv']), tok['start']
+                if tok.get('v') != 'meta.k8s.io/v1':
+                    raise ValueError
+            except (ValueError, KeyError, TypeError):
+                raise HttpError(400, status_obj(400, 'BadRequest', 'continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)'))
+            if list_rv < self.compacted:
+                raise HttpError(410, status_obj(410, 'Expired', CONTINUE_EXPIRED))
+            state = self._state_at(resource, list_rv)
+            keys = [k for k in sorted(state) if _keystr(resource, k) > start_after]
+        items = [state[k] for k in keys if match(state[k])]
+        limit = req.query.get('limit', '')
+        meta = {'resourceVersion': str(list_rv)}
+        if limit and rvs != '0':
+            try:
+                lim = int(limit)
+            except ValueError:
+                raise _bad_request('limit: invalid value %r' % limit)
+            if 0 < lim < len(items):
+                last = _keystr(resource, _key(resource, items[lim - 1]))
+                tok = {'v': 'meta.k8s.io/v1', 'rv': list_rv, 'start': last}
+                meta['continue'] = base64.urlsafe_b64encode(_dumps(tok).encode()).decode().rstrip('=')
+                meta['remainingItemCount'] = len(items) - lim
+                items = items[:lim]
         pad = self._padding(fault)
         if pad is not None:
             items = [self._pad(items[0], pad)] + items[1:] if items else [
                 self._pad({'metadata': {'name': 'sim-padding', 'resourceVersion': str(list_rv)}}, pad)]
-        body = {'kind': KINDS[resource][1], 'apiVersion': 'v1',
-                'metadata': {'resourceVersion': str(list_rv)}, 'items': items}
+        body = {'kind': KINDS[resource][1], 'apiVersion': 'v1', 'metadata': meta, 'items': items}
         await self._send_body(req, resp, (_dumps(body) + '\n').encode(), fault)
 
     async def _watch(self, req, resp, resource, match, fault):
         q = req.query
         rvs = q.get('resourceVersion', '')
-        if q.get('resourceVersionMatch') and q.get('resourceVersionMatch') != 'NotOlderThan':
-            raise _invalid_list_options('resourceVersionMatch', q['resourceVersionMatch'],
-                                        'resourceVersionMatch is forbidden for watch')
+        rvm = q.get('resourceVersionMatch', '')
         bookmarks = q.get('allowWatchBookmarks', '').lower() in ('1', 'true')
-        initial = q.get('sendInitialEvents', '').lower() in ('1', 'true')
-        if initial and not bookmarks:
-            raise _invalid_list_options('allowWatchBookmarks', 'false',
-                                        'allowWatchBookmarks must be set to true when sendInitialEvents is set')
+        sie = q.get('sendInitialEvents')
+        initial = sie is not None and sie.lower() in ('1', 'true')
+        errs = []
+        if sie is not None and rvm != 'NotOlderThan':
+            errs.append(('resourceVersionMatch', 'Forbidden',
+                         'sendInitialEvents requires setting resourceVersionMatch to NotOlderThan'))
+        if rvm:
+            if sie is None:
+                errs.append(('resourceVersionMatch', 'Forbidden',
+                             'resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided'))
+            if rvm != 'NotOlderThan':
+                errs.append(('resourceVersionMatch', 'NotSupported',
+                             'Unsupported value: "%s": supported values: "NotOlderThan"' % rvm))
+        if errs:
+            raise _invalid(errs)
         try:
             timeout = float(q['timeoutSeconds']) if 'timeoutSeconds' in q else (
                 self.default_watch_timeout if self.default_watch_timeout is not None
@@ -1449,13 +1540,19 @@ class ApiServerSim:
         # Snapshot and registration happen together on the loop: no change can fall between.
         pending = []
         expired = n is not None and n < self.compacted
+        if initial:
+            expired = False
+        start_rv = n if n is not None else self.rv
         if not expired:
-            if n is None:
+            if initial or (n is None and sie is None):
                 for _k, o in sorted(self.objects[resource].items()):
                     if match(o):
                         pending.append(('ADDED', o))
-                if initial:
+                start_rv = self.rv
+                if initial and bookmarks:
                     pending.append(('BOOKMARK-END', None))
+            elif n is None:
+                pass            # sendInitialEvents=false: from now on, no initial state
             else:
                 for ev in self.log:
                     if ev.rv > n and ev.resource == resource:
@@ -1497,6 +1594,8 @@ class ApiServerSim:
                     await self._cut(resp, w.cut_mode)
                     return
                 if isinstance(item, Event):
+                    if item.rv <= start_rv:
+                        continue        # cacheWatcher.process: only events newer than the start
                     item = w.convert(item)
                     if item is None:
                         continue
@@ -1505,8 +1604,7 @@ class ApiServerSim:
                     md = {'resourceVersion': str(self.rv)}
                     if typ == 'BOOKMARK-END':
                         md['annotations'] = {'k8s.io/initial-events-end': 'true'}
-                    line = _dumps({'type': 'BOOKMARK', 'object': {'kind': KINDS[resource][0], 'apiVersion': 'v1',
-                                                                   'metadata': md}})
+                    line = _dumps({'type': 'BOOKMARK', 'object': self._bookmark_object(resource, md)})
                     next_bm = time.monotonic() + self.bookmark_interval
                 else:
                     if pad is not None:
@@ -1529,6 +1627,31 @@ class ApiServerSim:
             await resp.end()
         finally:
             self.watchers.discard(w)
+
+    def _bookmark_object(self, resource, md):
+        obj = {'kind': KINDS[resource][0], 'apiVersion': 'v1', 'metadata': md}
+        if self.bookmark_style == 'go':
+            # The empty object the cacher versions, as encoding/json writes a zero Go struct.
+            md['creationTimestamp'] = None
+            if resource == 'pods':
+                obj['spec'] = {'containers': None}
+                obj['status'] = {}
+            else:
+                obj['spec'] = {}
+                obj['status'] = {'daemonEndpoints': {'kubeletEndpoint': {'Port': 0}},
+                                 'nodeInfo': {k: '' for k in ('machineID', 'systemUUID', 'bootID', 'kernelVersion',
+                                                              'osImage', 'containerRuntimeVersion', 'kubeletVersion',
+                                                              'kubeProxyVersion', 'operatingSystem', 'architecture')}}
+        return obj
+
+    @_on_loop
+    def set_bookmark_style(self, style):
+        """'docs': only kind, apiVersion, metadata.resourceVersion (the API Concepts example);
+        'go': the zero object as a real server encodes it (creationTimestamp null, empty spec/status)."""
+        if style not in ('docs', 'go'):
+            raise ValueError(style)
+        self.bookmark_style = style
+        return True
 
     async def _cut(self, resp, mode, data=None):
         if mode == 'end':

@@ -111,7 +111,17 @@ class H1:
         return status, headers
 
     def body(self, headers):
-        return self._exact(int(headers['content-length']))
+        """Content-Length or chunked (net/http chunks whatever outgrows its 2 KiB buffer)."""
+        if 'content-length' in headers:
+            check('transfer-encoding' not in headers, 'both Content-Length and Transfer-Encoding')
+            return self._exact(int(headers['content-length']))
+        check(headers.get('transfer-encoding') == 'chunked', 'neither Content-Length nor chunked: %r' % headers)
+        out = b''
+        while True:
+            c = self.chunk()
+            if not c:
+                return out
+            out += c
 
     def chunk(self):
         """One chunk's bytes (b'' = the last chunk); EOFError when the stream was cut."""
@@ -473,8 +483,12 @@ def t_compaction(sim):
     check(st == 422 and body['reason'] == 'Invalid', body)
     t0 = time.time()
     st, hs, body = cl.get_json('/api/v1/nodes?resourceVersion=%d' % (cur + 100))
-    check(st == 504 and body['reason'] == 'Timeout' and body['details']['retryAfterSeconds'] == 1
-          and body['message'] == 'Too large resource version: %d, current: %d' % (cur + 100, cur), body)
+    check(st == 504 and body == status_body(504, 'Timeout', 'Timeout: Too large resource version: %d, current: %d'
+                                            % (cur + 100, cur),
+                                            {'causes': [{'reason': 'ResourceVersionTooLarge',
+                                                         'message': 'Too large resource version'}],
+                                             'retryAfterSeconds': 1}), body)
+    check(hs.get('retry-after') == '1', hs)
     check(2.5 < time.time() - t0 < 6, 'the too-large wait was not about 3 s')
     # A watch from the current revision works.
     st, hs = cl.request('/api/v1/nodes?watch=1&resourceVersion=%d&timeoutSeconds=1' % cur)
@@ -484,11 +498,16 @@ def t_compaction(sim):
 
 def t_faults(sim):
     cl = H1(sim)
+    # 429 from priority and fairness: net/http's plain-text http.Error.
     sim.add_fault('status', resource='nodes', verb='list', count=1, code=429, retry_after=3)
+    st, hs = cl.request('/api/v1/nodes')
+    check(st == 429 and hs.get('retry-after') == '3' and hs['content-type'] == 'text/plain; charset=utf-8', (st, hs))
+    check(cl.body(hs) == b'Too many requests, please try again later.\n', '429 body')
+    sim.add_fault('status', resource='nodes', verb='list', count=1, code=429, retry_after=2, style='status')
     st, hs, body = cl.get_json('/api/v1/nodes')
-    check(st == 429 and hs.get('retry-after') == '3', (st, hs))
+    check(st == 429 and hs.get('retry-after') == '2', (st, hs))
     check(body == status_body(429, 'TooManyRequests', 'Too many requests, please try again later.',
-                              {'retryAfterSeconds': 3}), body)
+                              {'retryAfterSeconds': 2}), body)
     st, _h, body = cl.get_json('/api/v1/nodes')
     check(st == 200, 'count=1 fault hit twice')
     sim.add_fault('status', resource='pods', count=1, code=500)
@@ -640,6 +659,88 @@ def t_gzip(sim):
     cl.close()
 
 
+def t_framing_and_paging(sim):
+    cl = H1(sim)
+    st, hs = cl.request('/api/v1/nodes/nope')
+    check('content-length' in hs and 'transfer-encoding' not in hs, 'a small body is not sized: %r' % hs)
+    cl.body(hs)
+    st, hs = cl.request('/api/v1/pods')
+    body = cl.body(hs)
+    check(len(body) > 2048 and hs.get('transfer-encoding') == 'chunked' and 'content-length' not in hs,
+          'a %d-byte list over HTTP/1.1 is not chunked: %r' % (len(body), hs))
+    check(json.loads(body)['kind'] == 'PodList', 'chunked list body')
+    # limit / continue
+    st, _h, p1 = cl.get_json('/api/v1/pods?limit=2')
+    check(len(p1['items']) == 2 and p1['metadata'].get('remainingItemCount') == 1 and p1['metadata'].get('continue'),
+          p1['metadata'])
+    sim.update_pod('team', 'p-other', annotations={'page': 'changed'})
+    st, _h, p2 = cl.get_json('/api/v1/pods?limit=2&continue=' + p1['metadata']['continue'])
+    check(len(p2['items']) == 1 and 'continue' not in p2['metadata'], p2['metadata'])
+    check(p2['metadata']['resourceVersion'] == p1['metadata']['resourceVersion'], 'pages of different revisions')
+    check('page' not in p2['items'][0]['metadata'].get('annotations', {}), 'the second page is not the snapshot')
+    names = [i['metadata']['name'] for i in p1['items'] + p2['items']]
+    check(sorted(names) == ['p-gas', 'p-other', 'p-plain'] and len(set(names)) == 3, names)
+    sim.compact()
+    st, _h, body = cl.get_json('/api/v1/pods?limit=2&continue=' + p1['metadata']['continue'])
+    check(st == 410 and body['reason'] == 'Expired' and body['message'].startswith(
+        'The provided continue parameter is too old'), body)
+    # Non-resource paths: RBAC first.
+    st, hs = cl.request('/foo')
+    body = json.loads(cl.body(hs))
+    check(st == 403 and body == status_body(403, 'Forbidden', 'forbidden: User "kgpu-cluster" cannot get path "/foo"',
+                                            {}), body)
+    # spec.host is the old name of spec.nodeName.
+    st, _h, body = cl.get_json('/api/v1/pods?fieldSelector=spec.host%3Dnode-b')
+    check([i['metadata']['name'] for i in body['items']] == ['p-other'], body)
+    # Watch options as validateWatchOptions checks them.
+    st, _h, body = cl.get_json('/api/v1/nodes?watch=1&resourceVersionMatch=NotOlderThan')
+    check(st == 422 and body['message'] == 'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: '
+          'resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided', body)
+    st, _h, body = cl.get_json('/api/v1/nodes?watch=1&sendInitialEvents=true')
+    check(st == 422 and body['details']['causes'][0]['field'] == 'resourceVersionMatch', body)
+    cl.close()
+    cl = H2(sim)
+    sim.add_fault('oversized', resource='pods', verb='list', count=1, size=10000)
+    st, hs, data = cl.get('/api/v1/pods')
+    check(st == 200 and len(data) > 10000 and 'content-length' not in hs, 'a large h2 body is sized: %r' % hs)
+    st, hs, data = cl.get('/api/v1/nodes/nope')
+    check(hs.get('content-length') == str(len(data)), 'a small h2 body is not sized')
+    # sendInitialEvents=false: no initial state, changes only.
+    sid = cl.start('/api/v1/nodes?watch=1&sendInitialEvents=false&resourceVersionMatch=NotOlderThan&timeoutSeconds=5')
+    cl.wait(sid, lambda s: s['headers'] is not None)
+    sim.wait_watches(1, 'nodes', 5)
+    sim.set_node_label('node-b', 'sie', 'false')
+    st = cl.wait(sid, lambda s: len(events_of(s['data'])) >= 1)
+    ev = events_of(st['data'])
+    check([(e['type'], e['object']['metadata']['name']) for e in ev] == [('MODIFIED', 'node-b')], ev)
+    # A watch from a future revision gets only what comes after it.
+    cur = sim.resource_version()
+    sid = cl.start('/api/v1/nodes?watch=1&resourceVersion=%d&timeoutSeconds=5' % (cur + 1))
+    cl.wait(sid, lambda s: s['headers'] is not None)
+    sim.set_node_label('node-b', 'future', '1')
+    sim.set_node_label('node-b', 'future', '2')
+    st = cl.wait(sid, lambda s: len(events_of(s['data'])) >= 1)
+    time.sleep(0.2)
+    cl.pump(0.2)
+    ev = events_of(st['data'])
+    check([e['object']['metadata']['labels']['future'] for e in ev] == ['2'], ev)
+    # Bookmarks as a Go server encodes the zero object.
+    sim.set_bookmark_style('go')
+    sim.set_bookmark_interval(0.2)
+    try:
+        sid = cl.start('/api/v1/pods?watch=1&allowWatchBookmarks=true&resourceVersion=%d&timeoutSeconds=3'
+                       % sim.resource_version())
+        st = cl.wait(sid, lambda s: len(events_of(s['data'])) >= 1)
+        bm = events_of(st['data'])[0]
+        check(bm == {'type': 'BOOKMARK', 'object': {'kind': 'Pod', 'apiVersion': 'v1', 'metadata': {
+            'resourceVersion': str(sim.resource_version()), 'creationTimestamp': None},
+            'spec': {'containers': None}, 'status': {}}}, bm)
+    finally:
+        sim.set_bookmark_style('docs')
+        sim.set_bookmark_interval(60)
+    cl.close()
+
+
 def t_process_mode(_sim):
     d = os.path.join(TMP, 'proc')
     os.makedirs(d)
@@ -713,7 +814,7 @@ def seed(sim):
 
 
 CHECKS = [t_alpn_and_tls, t_authn, t_authz, t_list_get, t_field_selectors, t_watch_h1_framing_and_timeout,
-          t_watch_h2_selector, t_bookmarks, t_faults, t_cuts, t_gzip, t_down_up, t_compaction,
+          t_watch_h2_selector, t_bookmarks, t_faults, t_cuts, t_gzip, t_down_up, t_compaction, t_framing_and_paging,
           t_process_mode, t_kubeconfig]
 
 
