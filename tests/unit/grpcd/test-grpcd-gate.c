@@ -393,6 +393,32 @@ START_TEST(test_intel) {
 }
 END_TEST
 
+/* The Intel resource manager's Level Zero tile mask: device indexes below the GPUs granted. */
+START_TEST(test_intel_affinity_mask) {
+        _cleanup_(probe_gpus_freep) ProbeGpus *s = node_inventory();
+
+        pass(s, "gpu.intel.com/i915", IDS(I915), &(TAnswer) { .envs = { { "ZE_AFFINITY_MASK", "0.0,0.1" } } });
+        pass(s, "gpu.intel.com/i915", IDS(I915 "-3"), &(TAnswer) { .envs = { { "ZE_AFFINITY_MASK", "0" } } });
+        pass(s, "gpu.intel.com/xe", IDS(XE), &(TAnswer) { .envs = { { "ZE_AFFINITY_MASK", "0.1" } } });
+        /* One GPU granted: device 1 would be another one's. */
+        refused(s, "gpu.intel.com/i915", IDS(I915), &(TAnswer) { .envs = { { "ZE_AFFINITY_MASK", "0.0,1.0" } } },
+                "ZE_AFFINITY_MASK");
+        refused(s, "gpu.intel.com/i915", IDS(I915), &(TAnswer) { .envs = { { "ZE_AFFINITY_MASK", "0.0," } } },
+                "ZE_AFFINITY_MASK");
+        refused(s, "gpu.intel.com/i915", IDS(I915), &(TAnswer) { .envs = { { "ZE_AFFINITY_MASK", "0.x" } } },
+                "ZE_AFFINITY_MASK");
+        refused(s, "gpu.intel.com/i915", IDS(I915), &(TAnswer) { .envs = { { "ZE_AFFINITY_MASK", "" } } },
+                "ZE_AFFINITY_MASK");
+        refused(s, "gpu.intel.com/i915", IDS(I915), &(TAnswer) { .envs = { { "ZE_AFFINITY_MASK", "0.00000" } } },
+                "ZE_AFFINITY_MASK");
+        /* Not for the monitoring device, not for NVIDIA. */
+        refused(s, "gpu.intel.com/monitoring", IDS("all"), &(TAnswer) { .envs = { { "ZE_AFFINITY_MASK", "0" } } },
+                "ZE_AFFINITY_MASK");
+        refused(s, "nvidia.com/gpu", IDS(NV0), &(TAnswer) { .envs = { { "ZE_AFFINITY_MASK", "0" } } },
+                "ZE_AFFINITY_MASK");
+}
+END_TEST
+
 START_TEST(test_intel_monitoring) {
         _cleanup_(probe_gpus_freep) ProbeGpus *s = node_inventory();
         const TAnswer i915_nodes = {
@@ -719,6 +745,7 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_constants);
         tcase_add_test(tc, test_no_inventory);
         tcase_add_test(tc, test_intel);
+        tcase_add_test(tc, test_intel_affinity_mask);
         tcase_add_test(tc, test_intel_monitoring);
         tcase_add_test(tc, test_nvidia);
         tcase_add_test(tc, test_nvidia_mig);
