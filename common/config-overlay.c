@@ -143,3 +143,18 @@ int config_load_named(const char *config_path, const ConfigOverride *overrides, 
                 r = -EIO;       /* kgpu.yaml itself missing: not an unknown name */
         return r;
 }
+
+int config_load_selected(const char *config_path, const ConfigOverride *overrides, size_t n_overrides,
+                         const char *name, Config **ret, char **ret_error) {
+        _cleanup_(config_freep) Config *base = NULL;
+        int r;
+
+        r = config_load(config_path, overrides, n_overrides, &base, ret_error);
+        if (r < 0 || isempty(name)) {
+                if (r >= 0)
+                        *ret = TAKE_PTR(base);
+                return r;
+        }
+        return config_load_named(config_path, overrides, n_overrides, base->nvidia_configs_directory, name,
+                                 ret, ret_error);
+}

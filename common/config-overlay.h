@@ -45,3 +45,9 @@ int config_named_read(const char *directory, const char *name,
 /* config_load() with the named config over kgpu.yaml; name NULL or "": config_load(). */
 int config_load_named(const char *config_path, const ConfigOverride *overrides, size_t n_overrides,
                       const char *directory, const char *name, Config **ret, char **ret_error);
+
+/* kgpu.yaml alone, then, when name is not empty, with the named config of the directory
+ * kgpu.yaml (or the environment, or the command line) names: what the broker's
+ * NodeConfig puts in force, for the probe. */
+int config_load_selected(const char *config_path, const ConfigOverride *overrides, size_t n_overrides,
+                         const char *name, Config **ret, char **ret_error);

@@ -279,14 +279,13 @@ int node_config_set_method(sd_bus_message *msg, void *userdata, sd_bus_error *er
                 return refuse(m, error, r == -ENOENT ? KGPU_ERROR_UNKNOWN_CONFIG : KGPU_ERROR_INVALID_CONFIG,
                               message ?: strerror(-r));
         (void) sd_notify(false, "RELOADING=1\nSTATUS=Applying a named NVIDIA config...");
-        r = broker_apply_config(m, TAKE_PTR(c), &message);
+        r = broker_apply_config(m, TAKE_PTR(c), want, NULL, &message);
         (void) sd_notify(false, "READY=1");
         manager_update_status(m);
         if (r == -ENOMEM)
                 return r;
         if (r < 0)
                 return refuse(m, error, KGPU_ERROR_INVALID_CONFIG, message ?: strerror(-r));
-        node_config_commit(m, want, NULL);
         log_info("Named NVIDIA config '%s' in force%s.", want, isempty(want) ? " (kgpu.yaml's own settings)" : "");
         return sd_bus_reply_method_return(msg, NULL);
 }

@@ -92,7 +92,7 @@ static int build_resources(const Config *c, const Resources *old, Resources **re
         return 0;
 }
 
-int broker_apply_config(Manager *m, Config *config, char **ret_error) {
+int broker_apply_config(Manager *m, Config *config, const char *name, const char *note, char **ret_error) {
         _cleanup_(config_freep) Config *c = config;
         _cleanup_(resources_freep) Resources *res = NULL;
         _cleanup_strv_free_ char **changed = NULL;
@@ -136,6 +136,9 @@ int broker_apply_config(Manager *m, Config *config, char **ret_error) {
         m->config = TAKE_PTR(c);
         if (m->store)
                 store_set_max_allocations(m->store, m->config->max_allocations);
+        /* Before SetMps goes out: the probe follows NodeConfig for its MPS policy, and
+         * sees the change before the call (one connection, in order). */
+        node_config_commit(m, name, note);
 
         list = strv_join(changed, " ");
         log_info("Applied the configuration from %s; %zu resource(s) changed%s%s; allocations kept.",
@@ -159,7 +162,7 @@ int broker_reload(Manager *m, char **ret_error) {
          * with the named NVIDIA config the node label asks for (node-config.h). */
         r = node_config_load_for_reload(m, &c, &name, &note, &error);
         if (r >= 0)
-                r = broker_apply_config(m, TAKE_PTR(c), &error);
+                r = broker_apply_config(m, TAKE_PTR(c), name, note, &error);
         if (r < 0) {
                 if (!error && asprintf(&error, "%s", strerror(-r)) < 0)
                         error = NULL;
@@ -171,7 +174,6 @@ int broker_reload(Manager *m, char **ret_error) {
                         *ret_error = TAKE_PTR(error);
                 return r == -ENOMEM ? r : -EINVAL;
         }
-        node_config_commit(m, name, note);
         log_info("Reloaded the configuration from %s%s%s.", m->config->file ?: "defaults",
                  isempty(name) ? "" : " with the named NVIDIA config ", name ?: "");
         (void) sd_notify(false, "READY=1");

@@ -27,9 +27,11 @@ int broker_reload(Manager *m, char **ret_error);
 
 /* The second half of a reload, also a SetNodeConfig's (node-config.h): takes config,
  * builds the resources from it and the GPUs last reported, and only when that worked
- * swaps them in, emits ResourcesChanged, syncs MPS with the probe; allocations are kept.
+ * swaps them in, puts the named NVIDIA config name in force with note as NodeConfigError
+ * (node_config_commit(): PropertiesChanged, before any SetMps to the probe), emits
+ * ResourcesChanged, syncs MPS with the probe; allocations are kept.
  * -EINVAL and *ret_error when the resources cannot be built (nothing changed). */
-int broker_apply_config(Manager *m, Config *config, char **ret_error);
+int broker_apply_config(Manager *m, Config *config, const char *name, const char *note, char **ret_error);
 
 /* Broker1.Reload(): only root, Config.grpc_user and the broker's uid;
  * io.kgpu.Error.InvalidConfig with the message on refusal. */

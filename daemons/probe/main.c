@@ -24,6 +24,7 @@
 #include "daemons/probe/kubelet.h"
 #include "daemons/probe/reload.h"
 #include "daemons/probe/manager.h"
+#include "daemons/probe/node-config.h"
 #include "daemons/probe/outputs.h"
 #include "daemons/probe/probe-dbus.h"
 
@@ -114,7 +115,10 @@ static int probe_start(Daemon *d, Config *c) {
                 log_notice_errno(r, "Front end user '%s' not found, only root may use io.kgpu.Kubelet1: %m",
                                  config->grpc_user);
 
-        return manager_start(m);
+        r = manager_start(m);
+        if (r < 0)
+                return r;
+        return probe_node_config_start(m, &d->args);
 }
 
 static void probe_started(Daemon *d) {

@@ -24,6 +24,7 @@
 #include "daemons/probe/kubelet.h"
 #include "daemons/probe/labels.h"
 #include "daemons/probe/manager.h"
+#include "daemons/probe/node-config.h"
 #include "daemons/probe/mps.h"
 #include "daemons/probe/outputs.h"
 #include "daemons/probe/probe-dbus.h"
@@ -72,6 +73,7 @@ Manager *manager_free(Manager *m) {
                 if (gpu_sources[i]->free && m->source_data[i])
                         gpu_sources[i]->free(m, m->source_data[i]);
         kubelet_dir_free(m->kubelet);
+        probe_node_config_free(m->node_config);
         /* The MPS daemons stay (see mps.h); pending SetMps calls get their error now. */
         mps_free(m->mps);
         free(m->config_error);

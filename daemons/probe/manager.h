@@ -57,6 +57,8 @@ typedef struct Manager {
 
         char *config_error;     /* why manager_configure() refused the last configuration */
 
+        struct ProbeNodeConfig *node_config; /* the broker's NodeConfig, followed (node-config.c) */
+
         uid_t broker_uid;       /* (uid_t) -1 when the broker user does not exist */
         uint64_t start_time;    /* CLOCK_REALTIME usec */
 } Manager;
