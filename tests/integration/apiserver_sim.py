@@ -5,6 +5,10 @@
 # through python3-h2, HTTP/1.1 by hand), nodes and pods, list and watch as
 # kube-apiserver answers them on the wire. Standard library + python3-h2 only; nothing
 # from kgpu. It runs in-process (an asyncio loop in a daemon thread) or as a process.
+# Parts: apisim_wire.py (Status objects, selectors, watch-event conversion),
+# apisim_http.py (HTTP/1.1 and HTTP/2 transports), apisim_state.py (objects, revisions,
+# faults, observation), apisim_listwatch.py (list and watch), apisim_pki.py (test PKI,
+# kubeconfig). Import everything from this module.
 #
 # ---------------------------------------------------------------------------------------
 # Python API (stable; later changes only add)
@@ -39,6 +43,14 @@
 #                                   'verbs': [...], 'resources': [...],
 #                                   'namespaces': [...] (optional: absent = all)}]
 #   sim.set_bookmark_interval(seconds)
+#   sim.set_bookmark_style('docs'|'go')   'docs' (default): the bookmark object is only
+#                                   kind, apiVersion, metadata.resourceVersion, as the API
+#                                   Concepts page shows it; 'go': the zero object a Go server
+#                                   encodes (metadata.creationTimestamp null, empty spec/status)
+#   sim.set_anonymous(bool)         anonymous authentication on/off (default off: 401)
+#   sim.content_length_always = True   size every non-watch body (default: as net/http,
+#                                   bodies over 2 KiB (HTTP/1.1) / 4 KiB (HTTP/2) go chunked /
+#                                   unsized)
 #
 #   Faults:
 #   sim.down()      stop accepting and close every connection; sim.up() listens again on
@@ -54,8 +66,10 @@
 #   sim.add_fault(kind, resource='*', verb='*', count=None, **params) -> fault id
 #       resource: 'nodes'|'pods'|'*'; verb: 'get'|'list'|'watch'|'*'; count: how many
 #       requests it hits (None: until removed). Kinds:
-#         'status'    code=401|403|429|500|503|..., retry_after=N (429/503: Retry-After
-#                     header and details.retryAfterSeconds), message=...
+#         'status'    code=401|403|410|429|500|503|..., retry_after=N, message=...;
+#                     429 is by default the plain-text answer of the priority-and-
+#                     fairness filter (Retry-After header); style='status' gives a
+#                     TooManyRequests Status with details.retryAfterSeconds instead
 #         'oversized' size=N bytes: a valid answer padded to about N bytes (a list item /
 #                     watch event object with an annotation of N bytes)
 #         'garbage'   body=bytes: the body (list/get) or one watch line is that
@@ -90,10 +104,13 @@
 # staging/src/k8s.io/apiserver/...):
 #  - ALPN: the Go HTTP server with HTTP/2 configured offers NextProtos ["h2",
 #    "http/1.1"]; with HTTP/2 disabled only "http/1.1". Minimum TLS version 1.2
-#    (--tls-min-version default). Client certificates are requested and verified against
-#    --client-ca-file when given (tls.VerifyClientCertIfGiven): a certificate from
-#    another CA fails the handshake; none at all falls through to the other
-#    authenticators. x509 authenticator: user = subject CN, groups = subject O values.
+#    (--tls-min-version default). Client certificates (apiserver secure_serving.go): with
+#    --client-ca-file the server uses tls.RequestClientCert, so the handshake never
+#    rejects a certificate and none at all is fine; the x509
+#    authenticator verifies it (chain to the client CA, validity, clientAuth usage) and a
+#    failure is 401. Authenticators are a union in the order x509, bearer tokens; the
+#    first success wins (a good certificate with a bad token is the certificate's user).
+#    x509 authenticator: user = subject CN, groups = subject O values.
 #    Token file authenticator (--token-auth-file): CSV token,user,uid,"group1,group2";
 #    "Authorization: Bearer <token>". Authenticated users also get group
 #    system:authenticated. No credentials: 401, unless anonymous auth is on (user
@@ -118,11 +135,15 @@
 #    resourceVersionMatch=Exact = the state at exactly N, 410 Expired "The
 #    resourceVersion for the provided list is too old." when N is compacted (etcd3
 #    store interpretListError). N newer than the current revision: the cache waits up to
-#    3 s, then 504 Timeout "Too large resource version: N, current: C" with
+#    3 s, then 504 Timeout "Timeout: Too large resource version: N, current: C" with
 #    details.causes [{"reason":"ResourceVersionTooLarge","message":"Too large resource
 #    version"}], retryAfterSeconds 1 (storage.NewTooLargeResourceVersionError).
 #    resourceVersionMatch without resourceVersion, or Exact with "0": 422 Invalid
-#    (ValidateListOptions).
+#    (ValidateListOptions, 'ListOptions.meta.k8s.io "" is invalid: <field>: Forbidden:
+#    ...'). limit=L: L items, metadata.continue (base64 of {"v":"meta.k8s.io/v1","rv",
+#    "start"}) and remainingItemCount; the next page is read at the first page's
+#    revision; a token whose revision is compacted: 410 Expired "The provided continue
+#    parameter is too old ...". resourceVersion=0 ignores limit (served from the cache).
 #  - Watch: HTTP 200, Content-Type application/json, HTTP/1.1 Transfer-Encoding:
 #    chunked; each event one JSON object {"type":...,"object":...} followed by "\n"
 #    (the JSON serializer's encoder), types ADDED, MODIFIED, DELETED, BOOKMARK, ERROR.
@@ -133,9 +154,14 @@
 #    then ends. allowWatchBookmarks=true: BOOKMARK events whose object is only
 #    {"kind","apiVersion","metadata":{"resourceVersion"}} with the newest revision the
 #    cache has seen (it may be of an object this watch does not match).
-#    sendInitialEvents=true (with allowWatchBookmarks, resourceVersionMatch=NotOlderThan
-#    or resourceVersion unset): the ADDED events then a BOOKMARK whose metadata carries
-#    the annotation "k8s.io/initial-events-end": "true". timeoutSeconds=T: the server
+#    Watch options (validateWatchOptions): resourceVersionMatch only with
+#    sendInitialEvents and only NotOlderThan, sendInitialEvents only with
+#    resourceVersionMatch=NotOlderThan, else 422. sendInitialEvents=true: ADDED events for
+#    the current state, then (with allowWatchBookmarks) a BOOKMARK whose metadata carries
+#    the annotation "k8s.io/initial-events-end": "true"; sendInitialEvents=false: changes
+#    only. Events at or below the start revision are never sent (cacheWatcher.process).
+#    The WatchList defaulting of newer servers (a legacy watch turned into
+#    sendInitialEvents=true) is not simulated. timeoutSeconds=T: the server
 #    ends the stream cleanly after T seconds (default: a random time between the
 #    minimum request timeout and twice it).
 #  - Field selectors (fieldSelector=a=b,c!=d, "==" too): nodes support metadata.name
@@ -152,598 +178,49 @@
 #    details.causes; headers Cache-Control "no-cache, private", Audit-Id.
 #  - Responses of 128 KiB or more are gzip-compressed when the client sends
 #    Accept-Encoding: gzip (APIResponseCompression); watch streams are not.
+#  - Framing (Go net/http, x/net/http2): a body that fits the handler's write buffer
+#    (2048 bytes HTTP/1.1, 4096 HTTP/2) gets Content-Length; a larger one is sent chunked
+#    (HTTP/1.1) or without content-length (HTTP/2). Watches are always chunked / unsized.
+#  - 429 from the priority-and-fairness (and max-in-flight) filter is net/http's
+#    http.Error: text/plain "Too many requests, please try again later.\n" with
+#    Retry-After, not a Status. Status errors carrying details.retryAfterSeconds also get a
+#    Retry-After header (responsewriters.ErrorNegotiated).
+#  - Non-resource paths are authorized as verb get on the path: 'forbidden: User "u"
+#    cannot get path "/p"'; a permitted unknown path is Go's text "404 page not found".
+#  - Watch cache window: the cacher keeps a window per resource; here one global
+#    compaction point plays it, and the second number of "too old resource version" is
+#    that point.
 # ---------------------------------------------------------------------------------------
-
 import argparse
 import asyncio
-import base64
 import copy
-import datetime
 import gzip
+import hashlib
 import json
 import os
-import random
 import signal
 import socket
 import ssl
+import subprocess
 import sys
 import threading
 import time
 import urllib.parse
 import uuid
 
-import h2.config
-import h2.connection
-import h2.errors
-import h2.events
-import h2.exceptions
-import h2.settings
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from apisim_pki import make_pki, write_kubeconfig, read_token_file  # noqa: E402,F401  (re-exported)
+from apisim_wire import (CALL_TIMEOUT, DEFAULT_RBAC, GZIP_THRESHOLD, H1_BUFFER, H2_BUFFER,  # noqa: E402,F401
+                         MAX_REQUEST_HEADER, HttpError, _dumps, make_matcher, parse_field_selector,
+                         parse_label_selector, status_obj, with_kind)
+from apisim_http import H1Conn, H2Conn, H2Responder  # noqa: E402
 
-KINDS = {'nodes': ('Node', 'NodeList', False), 'pods': ('Pod', 'PodList', True)}
-NODE_FIELDS = {
-    'metadata.name': lambda o: o.get('metadata', {}).get('name', ''),
-    'spec.unschedulable': lambda o: 'true' if o.get('spec', {}).get('unschedulable') else 'false',
-}
-POD_FIELDS = {
-    'metadata.name': lambda o: o.get('metadata', {}).get('name', ''),
-    'metadata.namespace': lambda o: o.get('metadata', {}).get('namespace', ''),
-    'spec.nodeName': lambda o: o.get('spec', {}).get('nodeName', '') or '',
-    'spec.restartPolicy': lambda o: o.get('spec', {}).get('restartPolicy', '') or '',
-    'spec.schedulerName': lambda o: o.get('spec', {}).get('schedulerName', '') or '',
-    'spec.serviceAccountName': lambda o: o.get('spec', {}).get('serviceAccountName', '') or '',
-    'spec.hostNetwork': lambda o: 'true' if o.get('spec', {}).get('hostNetwork') else 'false',
-    'status.phase': lambda o: o.get('status', {}).get('phase', '') or '',
-    'status.podIP': lambda o: o.get('status', {}).get('podIP', '') or '',
-    'status.podIPs': lambda o: _second_ip(o),
-    'status.nominatedNodeName': lambda o: o.get('status', {}).get('nominatedNodeName', '') or '',
-}
-FIELDS = {'nodes': NODE_FIELDS, 'pods': POD_FIELDS}
-FIELD_ALIASES = {'pods': {'spec.host': 'spec.nodeName'}, 'nodes': {}}
+X509_V_FLAG_NO_CHECK_TIME = 0x200000
+from apisim_state import SimState  # noqa: E402
+from apisim_listwatch import ListWatch  # noqa: E402
 
 
-def _second_ip(o):
-    ips = o.get('status', {}).get('podIPs') or []
-    return (ips[1].get('ip', '') if len(ips) > 1 and isinstance(ips[1], dict) else '')
-DEFAULT_RBAC = [{'users': ['kgpu-cluster'], 'groups': ['system:serviceaccounts:kgpu'],
-                 'verbs': ['get', 'list', 'watch'], 'resources': ['nodes', 'pods']}]
-MIN_REQUEST_TIMEOUT = 1800.0
-GZIP_THRESHOLD = 128 * 1024
-H1_BUFFER = 2048          # net/http bufferBeforeChunkingSize
-H2_BUFFER = 4096          # x/net/http2 handlerChunkWriteSize
-MAX_REQUEST_HEADER = 64 * 1024
-MAX_REQUEST_BODY = 1024 * 1024
-WATCH_QUEUE_MAX = 10000
-WRITE_TIMEOUT = 30.0
-CALL_TIMEOUT = 15.0
-CUT = object()
-
-
-def _now():
-    return datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')
-
-
-def _dumps(obj):
-    return json.dumps(obj, separators=(',', ':'))
-
-
-def status_obj(code, reason, message, details=None):
-    s = {'kind': 'Status', 'apiVersion': 'v1', 'metadata': {}, 'status': 'Failure',
-         'message': message, 'reason': reason}
-    if details is not None:
-        s['details'] = details
-    s['code'] = code
-    return s
-
-
-class HttpError(Exception):
-    def __init__(self, code, status, headers=None):
-        super().__init__(status.get('message'))
-        self.code = code
-        self.status = status
-        self.headers = headers or []
-
-
-def _bad_request(msg):
-    return HttpError(400, status_obj(400, 'BadRequest', msg))
-
-
-def _invalid(errs):
-    """errs: [(field, 'Forbidden'|'NotSupported', text)] -> 422 as apierrors.NewInvalid."""
-    texts = ['%s: %s' % (f, ('Forbidden: ' + t) if k == 'Forbidden' else t) for f, k, t in errs]
-    agg = texts[0] if len(texts) == 1 else '[' + ', '.join(texts) + ']'
-    causes = [{'reason': 'FieldValueForbidden' if k == 'Forbidden' else 'FieldValueNotSupported',
-               'message': ('Forbidden: ' + t) if k == 'Forbidden' else t, 'field': f} for f, k, t in errs]
-    return HttpError(422, status_obj(422, 'Invalid', 'ListOptions.meta.k8s.io "" is invalid: ' + agg,
-                                     {'group': 'meta.k8s.io', 'kind': 'ListOptions', 'causes': causes}))
-
-
-def _invalid_list_options(field, value, msg):
-    m = 'ListOptions.meta.k8s.io "" is invalid: %s: Forbidden: %s' % (field, msg)
-    return HttpError(422, status_obj(422, 'Invalid', m, {'group': 'meta.k8s.io', 'kind': 'ListOptions',
-                                                        'causes': [{'reason': 'FieldValueForbidden',
-                                                                    'message': 'Forbidden: ' + msg,
-                                                                    'field': field}]}))
-
-
-def parse_field_selector(resource, text):
-    """'a=b,c!=d' -> [(field, op, value)]; raises HttpError 400 as the server does."""
-    terms = []
-    if not text:
-        return terms
-    parts, cur, i = [], '', 0
-    while i < len(text):
-        c = text[i]
-        if c == '\\' and i + 1 < len(text):
-            cur += c + text[i + 1]
-            i += 2
-            continue
-        if c == ',':
-            parts.append(cur)
-            cur = ''
-        else:
-            cur += c
-        i += 1
-    parts.append(cur)
-    for p in parts:
-        if p == '':
-            continue
-        for op in ('!=', '==', '='):
-            idx = p.find(op)
-            if idx > 0:
-                field, value = p[:idx], p[idx + len(op):]
-                break
-        else:
-            raise _bad_request("invalid selector: '%s'; can't understand '%s'" % (text, p))
-        value = value.replace('\\,', ',').replace('\\=', '=').replace('\\\\', '\\')
-        field = FIELD_ALIASES[resource].get(field, field)
-        if field not in FIELDS[resource]:
-            raise _bad_request('field label not supported: %s' % field)
-        terms.append((field, '!=' if op == '!=' else '=', value))
-    return terms
-
-
-def parse_label_selector(text):
-    """Equality-based label selectors only: k=v, k==v, k!=v, k, !k."""
-    terms = []
-    for p in [x.strip() for x in (text or '').split(',') if x.strip()]:
-        if '!=' in p:
-            k, v = p.split('!=', 1)
-            terms.append((k.strip(), '!=', v.strip()))
-        elif '==' in p:
-            k, v = p.split('==', 1)
-            terms.append((k.strip(), '=', v.strip()))
-        elif '=' in p:
-            k, v = p.split('=', 1)
-            terms.append((k.strip(), '=', v.strip()))
-        elif p.startswith('!'):
-            terms.append((p[1:].strip(), 'absent', None))
-        elif ' in ' in p or ' notin ' in p:
-            raise _bad_request('unable to parse requirement: set-based selectors are not simulated: %s' % p)
-        else:
-            terms.append((p, 'exists', None))
-    return terms
-
-
-def make_matcher(resource, namespace, fsel, lsel):
-    getters = FIELDS[resource]
-
-    def match(obj):
-        if obj is None:
-            return False
-        md = obj.get('metadata', {}) if isinstance(obj.get('metadata'), dict) else {}
-        if namespace and md.get('namespace') != namespace:
-            return False
-        for f, op, v in fsel:
-            try:
-                got = getters[f](obj)
-            except (AttributeError, TypeError):
-                got = ''
-            if (got == v) != (op == '='):
-                return False
-        labels = md.get('labels') if isinstance(md.get('labels'), dict) else {}
-        for k, op, v in lsel:
-            if op == '=' and labels.get(k) != v:
-                return False
-            if op == '!=' and labels.get(k) == v:
-                return False
-            if op == 'exists' and k not in labels:
-                return False
-            if op == 'absent' and k in labels:
-                return False
-        return True
-    return match
-
-
-def with_kind(resource, obj):
-    kind = KINDS[resource][0]
-    out = {'kind': kind, 'apiVersion': 'v1'}
-    for k, v in obj.items():
-        if k not in ('kind', 'apiVersion'):
-            out[k] = v
-    return out
-
-
-CONTINUE_EXPIRED = ('The provided continue parameter is too old to display a consistent list result. You can start '
-                    'a new list without the continue parameter, or use the continue token in this response to '
-                    'retrieve the remainder of the results. Continuing with the provided token results in an '
-                    'inconsistent list - objects that were created, modified, or deleted between the time the first '
-                    'chunk was returned and now may show up in the list.')
-
-
-def _keystr(resource, key):
-    return '/'.join(key) if resource == 'pods' else key
-
-
-def _key(resource, obj):
-    md = obj.get('metadata', {})
-    if resource == 'pods':
-        return (md.get('namespace', ''), md.get('name', ''))
-    return md.get('name', '')
-
-
-class Event:
-    __slots__ = ('rv', 'type', 'resource', 'obj', 'prev')
-
-    def __init__(self, rv, type_, resource, obj, prev):
-        self.rv, self.type, self.resource, self.obj, self.prev = rv, type_, resource, obj, prev
-
-
-class Watch:
-    def __init__(self, sim, resource, query, user, proto, match):
-        self.resource = resource
-        self.query = query
-        self.user = user
-        self.proto = proto
-        self.match = match
-        self.since = time.time()
-        self.queue = asyncio.Queue()
-        self.cut_mode = None
-        self.overflow = False
-
-    def push(self, item):
-        if self.queue.qsize() >= WATCH_QUEUE_MAX:
-            self.overflow = True
-            return
-        self.queue.put_nowait(item)
-
-    def convert(self, ev):
-        """cacheWatcher.convertToWatchEvent: ADDED / MODIFIED / DELETED by who matches."""
-        cur = ev.type != 'DELETED' and self.match(ev.obj)
-        old = ev.prev is not None and self.match(ev.prev)
-        if not cur and not old:
-            return None
-        if cur and not old:
-            return ('ADDED', ev.obj)
-        if cur and old:
-            return ('MODIFIED', ev.obj)
-        o = copy.deepcopy(ev.prev)
-        o.setdefault('metadata', {})['resourceVersion'] = str(ev.rv)
-        return ('DELETED', o)
-
-
-# ------------------------------------------------------------------------------ transports
-
-class Request:
-    def __init__(self, method, target, headers, proto, conn):
-        self.method = method
-        self.target = target
-        u = urllib.parse.urlsplit(target)
-        self.path = u.path
-        self.query = dict(urllib.parse.parse_qsl(u.query, keep_blank_values=True))
-        self.headers = headers          # lower-case name -> value
-        self.proto = proto              # 'h2' | 'http/1.1'
-        self.conn = conn
-        self.user = None
-        self.groups = []
-
-
-class Responder:
-    """One response. start() sends the headers, write() a body piece (a chunk / DATA
-    frames), end() the clean end, abort() closes the connection, reset() the stream."""
-    chunked = False
-
-    async def start(self, code, headers, length=None):
-        raise NotImplementedError
-
-    async def write(self, data):
-        raise NotImplementedError
-
-    async def end(self):
-        raise NotImplementedError
-
-    def abort(self):
-        self.conn.abort()
-
-    async def reset(self):
-        self.abort()
-
-
-class Conn:
-    """Base of an accepted TLS connection."""
-
-    def __init__(self, sim, reader, writer):
-        self.sim = sim
-        self.reader = reader
-        self.writer = writer
-        self.closed = False
-        self.tasks = set()
-
-    def abort(self):
-        if not self.closed:
-            self.closed = True
-            try:
-                self.writer.transport.abort()
-            except Exception:
-                pass
-        for t in list(self.tasks):
-            if t is not asyncio.current_task():
-                t.cancel()
-
-    async def drain(self):
-        await asyncio.wait_for(self.writer.drain(), WRITE_TIMEOUT)
-
-    def peer_identity(self):
-        sslobj = self.writer.get_extra_info('ssl_object')
-        cert = sslobj.getpeercert() if sslobj else None
-        if not cert:
-            return None
-        cn, groups = None, []
-        for rdn in cert.get('subject', ()):
-            for k, v in rdn:
-                if k == 'commonName':
-                    cn = v
-                elif k == 'organizationName':
-                    groups.append(v)
-        return (cn, groups)
-
-
-class H1Responder(Responder):
-    def __init__(self, conn, head_only=False):
-        self.conn = conn
-        self.started = False
-        self.ended = False
-
-    async def start(self, code, headers, length=None):
-        reason = {200: 'OK', 400: 'Bad Request', 401: 'Unauthorized', 403: 'Forbidden',
-                  404: 'Not Found', 405: 'Method Not Allowed', 410: 'Gone',
-                  422: 'Unprocessable Entity', 429: 'Too Many Requests',
-                  500: 'Internal Server Error', 503: 'Service Unavailable',
-                  504: 'Gateway Timeout'}.get(code, 'Status')
-        lines = ['HTTP/1.1 %d %s' % (code, reason)]
-        for k, v in headers:
-            lines.append('%s: %s' % (k, v))
-        lines.append('Date: ' + time.strftime('%a, %d %b %Y %H:%M:%S GMT', time.gmtime()))
-        if length is None:
-            self.chunked = True
-            lines.append('Transfer-Encoding: chunked')
-        else:
-            lines.append('Content-Length: %d' % length)
-        self.conn.writer.write(('\r\n'.join(lines) + '\r\n\r\n').encode('latin-1'))
-        self.started = True
-        await self.conn.drain()
-
-    async def write(self, data):
-        if not data:
-            return
-        if self.chunked:
-            self.conn.writer.write(b'%x\r\n' % len(data) + data + b'\r\n')
-        else:
-            self.conn.writer.write(data)
-        await self.conn.drain()
-
-    async def write_partial_chunk(self, data):
-        """A chunk header for all of data, then only half of it (a mid-chunk cut)."""
-        self.conn.writer.write(b'%x\r\n' % len(data) + data[:len(data) // 2])
-        await self.conn.drain()
-
-    async def end(self):
-        if self.chunked and not self.ended:
-            self.conn.writer.write(b'0\r\n\r\n')
-            await self.conn.drain()
-        self.ended = True
-
-
-class H1Conn(Conn):
-    proto = 'http/1.1'
-
-    async def serve(self):
-        while not self.closed:
-            try:
-                head = await asyncio.wait_for(self.reader.readuntil(b'\r\n\r\n'), 120)
-            except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError,
-                    asyncio.LimitOverrunError, ssl.SSLError, OSError):
-                break
-            if len(head) > MAX_REQUEST_HEADER:
-                break
-            try:
-                lines = head.decode('latin-1').split('\r\n')
-                method, target, version = lines[0].split(' ', 2)
-            except ValueError:
-                self.writer.write(b'HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n')
-                break
-            headers = {}
-            for line in lines[1:]:
-                if ':' in line:
-                    k, v = line.split(':', 1)
-                    headers[k.strip().lower()] = v.strip()
-            n = int(headers.get('content-length', '0') or 0)
-            if n > MAX_REQUEST_BODY or 'chunked' in headers.get('transfer-encoding', ''):
-                self.writer.write(b'HTTP/1.1 413 Request Entity Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n')
-                break
-            if n:
-                try:
-                    await asyncio.wait_for(self.reader.readexactly(n), 30)
-                except (asyncio.IncompleteReadError, asyncio.TimeoutError, OSError):
-                    break
-            req = Request(method, target, headers, self.proto, self)
-            resp = H1Responder(self)
-            try:
-                await self.sim._handle(req, resp)
-            except (ConnectionError, asyncio.TimeoutError, OSError, ssl.SSLError):
-                break
-            if headers.get('connection', '').lower() == 'close' or version == 'HTTP/1.0':
-                break
-            if resp.chunked and not resp.ended:
-                break
-        self.abort()
-
-
-class H2Responder(Responder):
-    def __init__(self, conn, stream_id):
-        self.conn = conn
-        self.sid = stream_id
-        self.chunked = True
-        self.ended = False
-
-    async def start(self, code, headers, length=None):
-        hs = [(':status', str(code))]
-        for k, v in headers:
-            hs.append((k.lower(), str(v)))
-        hs.append(('date', time.strftime('%a, %d %b %Y %H:%M:%S GMT', time.gmtime())))
-        if length is not None:
-            hs.append(('content-length', str(length)))
-        self.conn.h2.send_headers(self.sid, hs)
-        await self.conn.flush()
-
-    async def write(self, data):
-        c = self.conn
-        while data:
-            if c.closed:
-                raise ConnectionError('connection closed')
-            if self.sid in c.reset_streams:
-                raise ConnectionError('stream reset by the client')
-            try:
-                window = c.h2.local_flow_control_window(self.sid)
-            except (h2.exceptions.StreamClosedError, KeyError):
-                raise ConnectionError('stream closed')
-            n = min(window, c.h2.max_outbound_frame_size, len(data))
-            if n <= 0:
-                ev = c.window_event
-                ev.clear()
-                await asyncio.wait_for(ev.wait(), WRITE_TIMEOUT)
-                continue
-            c.h2.send_data(self.sid, data[:n])
-            data = data[n:]
-            await c.flush()
-
-    async def end(self):
-        if not self.ended and not self.conn.closed and self.sid not in self.conn.reset_streams:
-            self.ended = True
-            try:
-                self.conn.h2.end_stream(self.sid)
-            except h2.exceptions.StreamClosedError:
-                return
-            await self.conn.flush()
-
-    async def reset(self):
-        try:
-            self.conn.h2.reset_stream(self.sid, h2.errors.ErrorCodes.INTERNAL_ERROR)
-            await self.conn.flush()
-        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
-            pass
-
-
-class H2Conn(Conn):
-    proto = 'h2'
-
-    async def flush(self):
-        data = self.h2.data_to_send()
-        if data and not self.closed:
-            self.writer.write(data)
-            await self.drain()
-
-    async def serve(self):
-        cfg = h2.config.H2Configuration(client_side=False, header_encoding='utf-8')
-        self.h2 = h2.connection.H2Connection(config=cfg)
-        self.h2.local_settings = h2.settings.Settings(
-            client=False, initial_values={h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 250})
-        self.h2.initiate_connection()
-        self.window_event = asyncio.Event()
-        self.reset_streams = set()
-        self.streams = {}
-        try:
-            await self.flush()
-            while not self.closed:
-                try:
-                    data = await asyncio.wait_for(self.reader.read(65536), 300)
-                except asyncio.TimeoutError:
-                    if not self.streams:
-                        break
-                    continue
-                if not data:
-                    break
-                try:
-                    events = self.h2.receive_data(data)
-                except h2.exceptions.ProtocolError:
-                    await self.flush()
-                    break
-                for ev in events:
-                    self._event(ev)
-                await self.flush()
-        except (ConnectionError, asyncio.TimeoutError, OSError, ssl.SSLError):
-            pass
-        self.abort()
-
-    def _event(self, ev):
-        if isinstance(ev, h2.events.RequestReceived):
-            hs = {}
-            for k, v in ev.headers:
-                hs[k.lower()] = v
-            self.streams[ev.stream_id] = hs
-        elif isinstance(ev, h2.events.DataReceived):
-            self.h2.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
-        elif isinstance(ev, h2.events.StreamEnded):
-            hs = self.streams.get(ev.stream_id)
-            if hs is None:
-                return
-            req = Request(hs.get(':method', 'GET'), hs.get(':path', '/'),
-                          {k: v for k, v in hs.items() if not k.startswith(':')}, self.proto, self)
-            resp = H2Responder(self, ev.stream_id)
-            t = asyncio.ensure_future(self._run(req, resp))
-            self.tasks.add(t)
-            t.add_done_callback(self.tasks.discard)
-        elif isinstance(ev, h2.events.StreamReset):
-            self.reset_streams.add(ev.stream_id)
-            self.window_event.set()
-        elif isinstance(ev, (h2.events.WindowUpdated, h2.events.RemoteSettingsChanged)):
-            self.window_event.set()
-        elif isinstance(ev, h2.events.ConnectionTerminated):
-            self.closed = True
-
-    async def _run(self, req, resp):
-        try:
-            await self.sim._handle(req, resp)
-        except (ConnectionError, asyncio.TimeoutError, OSError, ssl.SSLError,
-                h2.exceptions.ProtocolError):
-            pass
-        finally:
-            self.streams.pop(resp.sid, None)
-            self.reset_streams.discard(resp.sid)
-
-
-# ------------------------------------------------------------------------------ simulator
-
-def _on_loop(fn):
-    """Runs a public method on the simulator's loop thread (state is owned by it)."""
-    def wrapper(self, *args, **kwargs):
-        if self._loop is None or threading.get_ident() == self._loop_tid:
-            return fn(self, *args, **kwargs)
-        fut = asyncio.run_coroutine_threadsafe(_as_coro(fn, self, args, kwargs), self._loop)
-        return fut.result(CALL_TIMEOUT)
-    wrapper.__name__ = fn.__name__
-    wrapper.__doc__ = fn.__doc__
-    wrapper.public = True
-    return wrapper
-
-
-async def _as_coro(fn, self, args, kwargs):
-    return fn(self, *args, **kwargs)
-
-
-class ApiServerSim:
+class ApiServerSim(SimState, ListWatch):
     def __init__(self, pki, port=0, host='127.0.0.1', http1_only=False, rbac=None,
                  anonymous=False, bookmark_interval=60.0, default_watch_timeout=None,
                  start_rv=1000):
@@ -774,6 +251,7 @@ class ApiServerSim:
         self._start_error = None
         self._changed = None
         self.content_length_always = False
+        self._x509_cache = {}
         self.bookmark_style = 'docs'
 
     # --------------------------------------------------------------- life cycle
@@ -781,7 +259,15 @@ class ApiServerSim:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.load_cert_chain(self.pki['server_cert'], self.pki['server_key'])
+        # kube-apiserver asks for a client certificate (tls.RequestClientCert) and leaves its
+        # verification to the x509 authenticator: a foreign or expired certificate completes
+        # the handshake and is refused with 401. Python cannot request without verifying, so
+        # the handshake trusts the test CAs (ours and the rogue one) and ignores validity
+        # times; _x509_verify then checks as the authenticator does.
         ctx.load_verify_locations(self.pki['ca'])
+        if self.pki.get('rogue_ca') and os.path.exists(self.pki['rogue_ca']):
+            ctx.load_verify_locations(self.pki['rogue_ca'])
+        ctx.verify_flags |= X509_V_FLAG_NO_CHECK_TIME
         ctx.verify_mode = ssl.CERT_OPTIONAL
         ctx.set_alpn_protocols(['http/1.1'] if self.http1_only else ['h2', 'http/1.1'])
         return ctx
@@ -872,311 +358,6 @@ class ApiServerSim:
             conn.abort()
             self.conns.discard(conn)
 
-    # --------------------------------------------------------------- faults, public
-    @_on_loop
-    def down(self):
-        """Stops listening and closes every connection."""
-        self._close_all()
-        return True
-
-    def up(self):
-        """Listens again on the same port (returns once listening)."""
-        if threading.get_ident() == self._loop_tid:
-            if self._server is None:
-                asyncio.ensure_future(self._listen())
-            return True
-        if self._server is None:
-            asyncio.run_coroutine_threadsafe(self._listen(), self._loop).result(CALL_TIMEOUT)
-        return True
-    up.public = True
-
-    def wait_up(self, timeout=10):
-        end = time.time() + timeout
-        while time.time() < end:
-            try:
-                socket.create_connection((self.host, self.port), 1).close()
-                return True
-            except OSError:
-                time.sleep(0.05)
-        return False
-
-    @_on_loop
-    def slow(self, headers=0.0, events=0.0):
-        self._slow = (float(headers), float(events))
-        return True
-
-    @_on_loop
-    def cut_watches(self, mode='close', resource=None):
-        if mode not in ('close', 'mid-event', 'mid-chunk', 'reset', 'end'):
-            raise ValueError('unknown cut mode %r' % mode)
-        n = 0
-        for w in list(self.watchers):
-            if resource in (None, '*', w.resource):
-                w.cut_mode = mode
-                w.queue.put_nowait(CUT)
-                n += 1
-        return n
-
-    @_on_loop
-    def add_fault(self, kind, resource='*', verb='*', count=None, **params):
-        if kind not in ('status', 'oversized', 'garbage', 'truncated', 'slow', 'hang'):
-            raise ValueError('unknown fault kind %r' % kind)
-        if kind == 'garbage' and isinstance(params.get('body'), str):
-            params['body'] = params['body'].encode()
-        self._fault_seq += 1
-        self.faults[self._fault_seq] = {'kind': kind, 'resource': resource, 'verb': verb,
-                                        'count': count, 'params': params}
-        return self._fault_seq
-
-    @_on_loop
-    def remove_fault(self, fid):
-        return self.faults.pop(fid, None) is not None
-
-    @_on_loop
-    def clear_faults(self):
-        self.faults.clear()
-        self._slow = (0.0, 0.0)
-        return True
-
-    def _take_fault(self, resource, verb):
-        for fid, f in list(self.faults.items()):
-            if f['resource'] not in ('*', resource) or f['verb'] not in ('*', verb):
-                continue
-            if f['count'] is not None:
-                f['count'] -= 1
-                if f['count'] <= 0:
-                    del self.faults[fid]
-            return f
-        return None
-
-    # --------------------------------------------------------------- observation
-    @_on_loop
-    def requests(self):
-        return copy.deepcopy(self._requests)
-
-    @_on_loop
-    def clear_requests(self):
-        self._requests.clear()
-        return True
-
-    @_on_loop
-    def watches(self, resource=None):
-        return [{'resource': w.resource, 'query': dict(w.query), 'user': w.user,
-                 'proto': w.proto, 'since': w.since}
-                for w in self.watchers if resource in (None, '*', w.resource)]
-
-    def wait_watches(self, n, resource=None, timeout=10):
-        end = time.time() + timeout
-        while time.time() < end:
-            if len(self.watches(resource)) >= n:
-                return True
-            time.sleep(0.05)
-        return False
-
-    def wait_requests(self, pred, timeout=10):
-        end = time.time() + timeout
-        while time.time() < end:
-            for r in self.requests():
-                if pred(r):
-                    return r
-            time.sleep(0.05)
-        return None
-
-    # --------------------------------------------------------------- state
-    def _commit(self, resource, type_, obj, prev):
-        self.rv += 1
-        obj.setdefault('metadata', {})['resourceVersion'] = str(self.rv)
-        key = _key(resource, obj)
-        if type_ == 'DELETED':
-            self.objects[resource].pop(key, None)
-        else:
-            self.objects[resource][key] = obj
-        ev = Event(self.rv, type_, resource, copy.deepcopy(obj), copy.deepcopy(prev) if prev else None)
-        self.log.append(ev)
-        for w in list(self.watchers):
-            if w.resource == resource:
-                w.push(ev)
-        self._changed.set() if self._changed else None
-        return copy.deepcopy(obj)
-
-    @_on_loop
-    def resource_version(self):
-        return self.rv
-
-    @_on_loop
-    def compact(self, rv=None):
-        rv = self.rv if rv is None else int(rv)
-        self.compacted = max(self.compacted, rv)
-        self.log = [e for e in self.log if e.rv > self.compacted]
-        return self.compacted
-
-    @_on_loop
-    def set_rbac(self, rules):
-        self.rbac = copy.deepcopy(rules)
-        return True
-
-    @_on_loop
-    def set_anonymous(self, enabled):
-        self.anonymous = bool(enabled)
-        return True
-
-    @_on_loop
-    def set_bookmark_interval(self, seconds):
-        self.bookmark_interval = float(seconds)
-        return True
-
-    @_on_loop
-    def add_node(self, name, labels=None, unschedulable=False):
-        if name in self.objects['nodes']:
-            raise ValueError('node %s exists' % name)
-        md = {'name': name, 'uid': str(uuid.uuid4()), 'resourceVersion': '',
-              'creationTimestamp': _now()}
-        md['labels'] = dict({'kubernetes.io/hostname': name, 'kubernetes.io/os': 'linux'},
-                            **(labels or {}))
-        spec = {'unschedulable': True} if unschedulable else {}
-        obj = {'metadata': md, 'spec': spec,
-               'status': {'capacity': {'cpu': '16', 'memory': '65536Mi', 'pods': '110'},
-                          'allocatable': {'cpu': '16', 'memory': '65536Mi', 'pods': '110'},
-                          'conditions': [{'type': 'Ready', 'status': 'True',
-                                          'lastHeartbeatTime': _now(),
-                                          'lastTransitionTime': _now(),
-                                          'reason': 'KubeletReady',
-                                          'message': 'kubelet is posting ready status'}],
-                          'nodeInfo': {'kubeletVersion': 'v1.31.0', 'operatingSystem': 'linux',
-                                       'architecture': 'amd64'}}}
-        return self._commit('nodes', 'ADDED', obj, None)
-
-    def _node(self, name):
-        o = self.objects['nodes'].get(name)
-        if o is None:
-            raise KeyError('no node %s' % name)
-        return o
-
-    @_on_loop
-    def set_node_label(self, name, key, value):
-        prev = self._node(name)
-        obj = copy.deepcopy(prev)
-        obj['metadata'].setdefault('labels', {})[key] = value
-        return self._commit('nodes', 'MODIFIED', obj, prev)
-
-    @_on_loop
-    def remove_node_label(self, name, key):
-        prev = self._node(name)
-        obj = copy.deepcopy(prev)
-        obj['metadata'].setdefault('labels', {}).pop(key, None)
-        return self._commit('nodes', 'MODIFIED', obj, prev)
-
-    @_on_loop
-    def set_node_labels(self, name, labels):
-        prev = self._node(name)
-        obj = copy.deepcopy(prev)
-        obj['metadata']['labels'] = dict(labels)
-        return self._commit('nodes', 'MODIFIED', obj, prev)
-
-    @_on_loop
-    def delete_node(self, name):
-        prev = self._node(name)
-        return self._commit('nodes', 'DELETED', copy.deepcopy(prev), prev)
-
-    @staticmethod
-    def _containers(containers):
-        out = []
-        for i, c in enumerate(containers or [{'name': 'main'}]):
-            if 'resources' in c or 'image' in c:
-                out.append(copy.deepcopy(c))
-                continue
-            res = {}
-            if c.get('limits'):
-                res['limits'] = dict(c['limits'])
-                res['requests'] = dict(c.get('requests', c['limits']))
-            out.append({'name': c.get('name', 'c%d' % i), 'image': c.get('image', 'busybox:1.36'),
-                        'resources': res, 'terminationMessagePath': '/dev/termination-log',
-                        'terminationMessagePolicy': 'File', 'imagePullPolicy': 'IfNotPresent'})
-        return out
-
-    @_on_loop
-    def add_pod(self, namespace, name, node_name='', annotations=None, containers=None,
-                phase='Pending', labels=None):
-        if (namespace, name) in self.objects['pods']:
-            raise ValueError('pod %s/%s exists' % (namespace, name))
-        md = {'name': name, 'namespace': namespace, 'uid': str(uuid.uuid4()),
-              'resourceVersion': '', 'creationTimestamp': _now()}
-        if labels:
-            md['labels'] = dict(labels)
-        if annotations:
-            md['annotations'] = dict(annotations)
-        spec = {'containers': self._containers(containers), 'restartPolicy': 'Always',
-                'terminationGracePeriodSeconds': 30, 'dnsPolicy': 'ClusterFirst',
-                'serviceAccountName': 'default', 'serviceAccount': 'default',
-                'schedulerName': 'default-scheduler', 'priority': 0,
-                'enableServiceLinks': True, 'preemptionPolicy': 'PreemptLowerPriority'}
-        if node_name:
-            spec['nodeName'] = node_name
-        status = {'phase': phase, 'qosClass': 'BestEffort'}
-        return self._commit('pods', 'ADDED', {'metadata': md, 'spec': spec, 'status': status}, None)
-
-    def _pod(self, namespace, name):
-        o = self.objects['pods'].get((namespace, name))
-        if o is None:
-            raise KeyError('no pod %s/%s' % (namespace, name))
-        return o
-
-    @_on_loop
-    def update_pod(self, namespace, name, annotations=None, phase=None, node_name=None,
-                   containers=None, labels=None, remove_annotations=()):
-        prev = self._pod(namespace, name)
-        obj = copy.deepcopy(prev)
-        md = obj['metadata']
-        if annotations:
-            md.setdefault('annotations', {}).update(annotations)
-        for k in remove_annotations or ():
-            md.get('annotations', {}).pop(k, None)
-        if 'annotations' in md and not md['annotations']:
-            del md['annotations']
-        if labels is not None:
-            md['labels'] = dict(labels)
-        if phase is not None:
-            obj.setdefault('status', {})['phase'] = phase
-        if node_name is not None:
-            obj['spec']['nodeName'] = node_name
-        if containers is not None:
-            obj['spec']['containers'] = self._containers(containers)
-        return self._commit('pods', 'MODIFIED', obj, prev)
-
-    @_on_loop
-    def delete_pod(self, namespace, name):
-        prev = self._pod(namespace, name)
-        return self._commit('pods', 'DELETED', copy.deepcopy(prev), prev)
-
-    @_on_loop
-    def put_object(self, resource, obj):
-        obj = copy.deepcopy(obj)
-        obj.pop('kind', None)
-        obj.pop('apiVersion', None)
-        prev = self.objects[resource].get(_key(resource, obj))
-        return self._commit(resource, 'MODIFIED' if prev else 'ADDED', obj, prev)
-
-    @_on_loop
-    def get_object(self, resource, name, namespace=None):
-        key = (namespace, name) if resource == 'pods' else name
-        o = self.objects[resource].get(key)
-        return copy.deepcopy(o) if o else None
-
-    def _state_at(self, resource, rv):
-        """The objects as they were at revision rv (rv >= the compaction point)."""
-        state = {k: v for k, v in self.objects[resource].items()}
-        for ev in reversed(self.log):
-            if ev.rv <= rv:
-                break
-            if ev.resource != resource:
-                continue
-            key = _key(resource, ev.obj)
-            if ev.prev is None:
-                state.pop(key, None)
-            else:
-                state[key] = ev.prev
-        return state
-
     # --------------------------------------------------------------- HTTP handling
     def _record(self, req, status, verb=None, resource=None):
         self._requests.append({'method': req.method, 'path': req.path, 'query': dict(req.query),
@@ -1207,17 +388,39 @@ class ApiServerSim:
     async def _error(self, req, resp, err):
         await self._send(req, resp, err.code, err.status, err.headers)
 
+    def _x509_verify(self, der):
+        """The x509 authenticator: chain to the client CA, validity times, clientAuth."""
+        key = hashlib.sha256(der).hexdigest()
+        if key not in self._x509_cache:
+            pem = ssl.DER_cert_to_PEM_cert(der)
+            try:
+                r = subprocess.run(['openssl', 'verify', '-CAfile', self.pki['ca'], '-purpose', 'sslclient'],
+                                   input=pem, capture_output=True, text=True, timeout=10)
+                self._x509_cache[key] = r.returncode == 0
+            except (OSError, subprocess.TimeoutExpired):
+                self._x509_cache[key] = False
+        return self._x509_cache[key]
+
     def _authenticate(self, req):
-        auth = req.headers.get('authorization', '')
-        if auth:
-            parts = auth.split(' ', 1)
-            if len(parts) == 2 and parts[0].lower() == 'bearer' and parts[1].strip() in self.tokens:
-                user, _uid, groups = self.tokens[parts[1].strip()]
-                return user, groups + ['system:authenticated']
-            return None        # a bad token is a 401 even with a good certificate (union)
+        """The union authenticator in kube-apiserver's order: x509, then bearer tokens; the
+        first success wins; any failure without a success is 401, also with anonymous on."""
+        failed = False
         ident = req.conn.peer_identity()
-        if ident and ident[0]:
-            return ident[0], ident[1] + ['system:authenticated']
+        if ident:
+            cn, groups, der = ident
+            if cn and self._x509_verify(der):
+                return cn, groups + ['system:authenticated']
+            failed = True
+        auth = req.headers.get('authorization', '')
+        parts = auth.split(' ', 1)
+        if len(parts) == 2 and parts[0].lower() == 'bearer':
+            tok = parts[1].strip()
+            if tok in self.tokens:
+                user, _uid, groups = self.tokens[tok]
+                return user, groups + ['system:authenticated']
+            failed = True
+        if failed:
+            return None
         if self.anonymous:
             return 'system:anonymous', ['system:unauthenticated']
         return None
@@ -1422,253 +625,6 @@ class ApiServerSim:
             resp.abort()
             return
         await self._send(req, resp, 200, body)
-
-    async def _list(self, req, resp, resource, match, fault):
-        rvs = req.query.get('resourceVersion', '')
-        rvm = req.query.get('resourceVersionMatch', '')
-        if rvm and not rvs:
-            raise _invalid_list_options('resourceVersionMatch', rvm,
-                                        'resourceVersionMatch is forbidden unless resourceVersion is provided')
-        if rvm and rvm not in ('Exact', 'NotOlderThan'):
-            raise HttpError(422, status_obj(422, 'Invalid', 'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: '
-                                            'Unsupported value: "%s": supported values: "Exact", "NotOlderThan"' % rvm))
-        if rvm == 'Exact' and rvs == '0':
-            raise _invalid_list_options('resourceVersionMatch', rvm,
-                                        'resourceVersionMatch "exact" is forbidden for resourceVersion "0"')
-        state = self.objects[resource]
-        list_rv = self.rv
-        if rvs not in ('', '0'):
-            try:
-                n = int(rvs)
-                if n < 0:
-                    raise ValueError
-            except ValueError:
-                raise HttpError(400, status_obj(400, 'BadRequest', 'invalid resource version: %s' % rvs))
-            if n > self.rv:
-                end = time.time() + 3.0
-                while self.rv < n and time.time() < end:
-                    self._changed.clear()
-                    try:
-                        await asyncio.wait_for(self._changed.wait(), max(0.01, end - time.time()))
-                    except asyncio.TimeoutError:
-                        pass
-                if self.rv < n:
-                    raise HttpError(504, status_obj(504, 'Timeout', 'Timeout: Too large resource version: %d, current: %d' % (n, self.rv),
-                                                    {'causes': [{'reason': 'ResourceVersionTooLarge',
-                                                                 'message': 'Too large resource version'}],
-                                                     'retryAfterSeconds': 1}), [('Retry-After', '1')])
-                state = self.objects[resource]
-                list_rv = self.rv
-            if rvm == 'Exact':
-                if n < self.compacted:
-                    raise HttpError(410, status_obj(410, 'Expired', 'The resourceVersion for the provided list is too old.'))
-                state = self._state_at(resource, n)
-                list_rv = n
-        keys = sorted(state)
-        start_after = None
-        cont = req.query.get('continue', '')
-        if cont:
-            if rvs:
-                raise _invalid([('resourceVersion', 'Forbidden', 'specifying resource version is not allowed when using continue')])
-            try:
-                tok = json.loads(base64.urlsafe_b64decode(cont + '=' * (-len(cont) % 4)))
-                list_rv, start_after = int(tok['rv']), tok['start']
-                if tok.get('v') != 'meta.k8s.io/v1':
-                    raise ValueError
-            except (ValueError, KeyError, TypeError):
-                raise HttpError(400, status_obj(400, 'BadRequest', 'continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)'))
-            if list_rv < self.compacted:
-                raise HttpError(410, status_obj(410, 'Expired', CONTINUE_EXPIRED))
-            state = self._state_at(resource, list_rv)
-            keys = [k for k in sorted(state) if _keystr(resource, k) > start_after]
-        items = [state[k] for k in keys if match(state[k])]
-        limit = req.query.get('limit', '')
-        meta = {'resourceVersion': str(list_rv)}
-        if limit and rvs != '0':
-            try:
-                lim = int(limit)
-            except ValueError:
-                raise _bad_request('limit: invalid value %r' % limit)
-            if 0 < lim < len(items):
-                last = _keystr(resource, _key(resource, items[lim - 1]))
-                tok = {'v': 'meta.k8s.io/v1', 'rv': list_rv, 'start': last}
-                meta['continue'] = base64.urlsafe_b64encode(_dumps(tok).encode()).decode().rstrip('=')
-                meta['remainingItemCount'] = len(items) - lim
-                items = items[:lim]
-        pad = self._padding(fault)
-        if pad is not None:
-            items = [self._pad(items[0], pad)] + items[1:] if items else [
-                self._pad({'metadata': {'name': 'sim-padding', 'resourceVersion': str(list_rv)}}, pad)]
-        body = {'kind': KINDS[resource][1], 'apiVersion': 'v1', 'metadata': meta, 'items': items}
-        await self._send_body(req, resp, (_dumps(body) + '\n').encode(), fault)
-
-    async def _watch(self, req, resp, resource, match, fault):
-        q = req.query
-        rvs = q.get('resourceVersion', '')
-        rvm = q.get('resourceVersionMatch', '')
-        bookmarks = q.get('allowWatchBookmarks', '').lower() in ('1', 'true')
-        sie = q.get('sendInitialEvents')
-        initial = sie is not None and sie.lower() in ('1', 'true')
-        errs = []
-        if sie is not None and rvm != 'NotOlderThan':
-            errs.append(('resourceVersionMatch', 'Forbidden',
-                         'sendInitialEvents requires setting resourceVersionMatch to NotOlderThan'))
-        if rvm:
-            if sie is None:
-                errs.append(('resourceVersionMatch', 'Forbidden',
-                             'resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided'))
-            if rvm != 'NotOlderThan':
-                errs.append(('resourceVersionMatch', 'NotSupported',
-                             'Unsupported value: "%s": supported values: "NotOlderThan"' % rvm))
-        if errs:
-            raise _invalid(errs)
-        try:
-            timeout = float(q['timeoutSeconds']) if 'timeoutSeconds' in q else (
-                self.default_watch_timeout if self.default_watch_timeout is not None
-                else MIN_REQUEST_TIMEOUT * (1 + random.random()))
-        except ValueError:
-            raise _bad_request('timeoutSeconds: invalid value %r' % q.get('timeoutSeconds'))
-        n = None
-        if rvs not in ('', '0'):
-            try:
-                n = int(rvs)
-                if n < 0:
-                    raise ValueError
-            except ValueError:
-                raise HttpError(400, status_obj(400, 'BadRequest', 'invalid resource version: %s' % rvs))
-        w = Watch(self, resource, q, req.user, req.proto, match)
-        # Snapshot and registration happen together on the loop: no change can fall between.
-        pending = []
-        expired = n is not None and n < self.compacted
-        if initial:
-            expired = False
-        start_rv = n if n is not None else self.rv
-        if not expired:
-            if initial or (n is None and sie is None):
-                for _k, o in sorted(self.objects[resource].items()):
-                    if match(o):
-                        pending.append(('ADDED', o))
-                start_rv = self.rv
-                if initial and bookmarks:
-                    pending.append(('BOOKMARK-END', None))
-            elif n is None:
-                pass            # sendInitialEvents=false: from now on, no initial state
-            else:
-                for ev in self.log:
-                    if ev.rv > n and ev.resource == resource:
-                        c = w.convert(ev)
-                        if c:
-                            pending.append(c)
-            self.watchers.add(w)
-        try:
-            await resp.start(200, self._headers())
-            if expired:
-                st = status_obj(410, 'Expired', 'too old resource version: %d (%d)' % (n, self.compacted))
-                await resp.write((_dumps({'type': 'ERROR', 'object': st}) + '\n').encode())
-                await resp.end()
-                return
-            deadline = time.monotonic() + timeout
-            next_bm = time.monotonic() + self.bookmark_interval
-            garbage = fault if fault is not None and fault['kind'] == 'garbage' else None
-            pad = self._padding(fault)
-            while True:
-                if pending:
-                    item = pending.pop(0)
-                else:
-                    now = time.monotonic()
-                    if now >= deadline:
-                        break
-                    wait = deadline - now
-                    if bookmarks:
-                        wait = min(wait, max(0.0, next_bm - now))
-                    try:
-                        item = await asyncio.wait_for(w.queue.get(), wait)
-                    except asyncio.TimeoutError:
-                        if bookmarks and time.monotonic() >= next_bm:
-                            item = ('BOOKMARK', None)
-                        else:
-                            continue
-                if w.overflow:
-                    break
-                if item is CUT:
-                    await self._cut(resp, w.cut_mode)
-                    return
-                if isinstance(item, Event):
-                    if item.rv <= start_rv:
-                        continue        # cacheWatcher.process: only events newer than the start
-                    item = w.convert(item)
-                    if item is None:
-                        continue
-                typ, obj = item
-                if typ == 'BOOKMARK' or typ == 'BOOKMARK-END':
-                    md = {'resourceVersion': str(self.rv)}
-                    if typ == 'BOOKMARK-END':
-                        md['annotations'] = {'k8s.io/initial-events-end': 'true'}
-                    line = _dumps({'type': 'BOOKMARK', 'object': self._bookmark_object(resource, md)})
-                    next_bm = time.monotonic() + self.bookmark_interval
-                else:
-                    if pad is not None:
-                        obj = self._pad(obj, pad)
-                        pad = None
-                    line = _dumps({'type': typ, 'object': with_kind(resource, obj)})
-                data = (line + '\n').encode()
-                edelay = self._slow[1]
-                if fault is not None and fault['kind'] == 'slow':
-                    edelay = max(edelay, float(fault['params'].get('events', 0)))
-                if edelay:
-                    await asyncio.sleep(edelay)
-                if w.cut_mode is not None:
-                    await self._cut(resp, w.cut_mode, data)
-                    return
-                if garbage is not None:
-                    await resp.write(garbage['params'].get('body', b'\x00{"type":"ADDED","object":{garbage') + b'\n')
-                    garbage = None
-                await resp.write(data)
-            await resp.end()
-        finally:
-            self.watchers.discard(w)
-
-    def _bookmark_object(self, resource, md):
-        obj = {'kind': KINDS[resource][0], 'apiVersion': 'v1', 'metadata': md}
-        if self.bookmark_style == 'go':
-            # The empty object the cacher versions, as encoding/json writes a zero Go struct.
-            md['creationTimestamp'] = None
-            if resource == 'pods':
-                obj['spec'] = {'containers': None}
-                obj['status'] = {}
-            else:
-                obj['spec'] = {}
-                obj['status'] = {'daemonEndpoints': {'kubeletEndpoint': {'Port': 0}},
-                                 'nodeInfo': {k: '' for k in ('machineID', 'systemUUID', 'bootID', 'kernelVersion',
-                                                              'osImage', 'containerRuntimeVersion', 'kubeletVersion',
-                                                              'kubeProxyVersion', 'operatingSystem', 'architecture')}}
-        return obj
-
-    @_on_loop
-    def set_bookmark_style(self, style):
-        """'docs': only kind, apiVersion, metadata.resourceVersion (the API Concepts example);
-        'go': the zero object as a real server encodes it (creationTimestamp null, empty spec/status)."""
-        if style not in ('docs', 'go'):
-            raise ValueError(style)
-        self.bookmark_style = style
-        return True
-
-    async def _cut(self, resp, mode, data=None):
-        if mode == 'end':
-            await resp.end()
-            return
-        if mode == 'reset' and isinstance(resp, H2Responder):
-            await resp.reset()
-            return
-        if data is None and mode in ('mid-event', 'mid-chunk'):
-            data = b'{"type":"MODIFIED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"cut-here"}}}\n'
-        if mode == 'mid-event':
-            await resp.write(data[:len(data) // 2])
-        elif mode == 'mid-chunk' and isinstance(resp, H1Responder):
-            await resp.write_partial_chunk(data)
-        elif mode == 'mid-chunk':
-            await resp.write(data[:len(data) // 2])
-        resp.abort()
 
     # --------------------------------------------------------------- control socket
     def public_methods(self):

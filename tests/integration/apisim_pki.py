@@ -16,12 +16,15 @@
 #     rogue-ca.crt, rogue.crt, rogue.key
 #                                 a second CA and a client certificate it signed (CN of
 #                                 the first user): a certificate the server must reject
+#     expired.crt, expired.key    a client certificate of the first user, signed by the CA,
+#                                 already expired (notAfter one day before notBefore)
 #     tokens.csv                  the bearer-token table in kube-apiserver's
 #                                 --token-auth-file format: token,user,uid,"g1,g2"
 #     <user>.token                each token alone in a file (a kubeconfig tokenFile)
 #   Returns {'dir', 'ca', 'ca_key', 'server_cert', 'server_key', 'tokens',
 #            'users': {name: {'cert', 'key', 'groups'}}, 'token_files': {user: path},
-#            'token_values': {user: token}, 'rogue_ca', 'rogue_cert', 'rogue_key'}.
+#            'token_values': {user: token}, 'rogue_ca', 'rogue_cert', 'rogue_key',
+#            'expired_cert', 'expired_key'}.
 #   An existing complete directory (ca.crt and tokens.csv present) is reused as it is.
 #   `users` is a list of (name, [groups]); `tokens` a list of (token, name, [groups]).
 #
@@ -77,7 +80,7 @@ def _subj_escape(s):
     return s.replace('\\', '\\\\').replace('/', '\\/').replace('=', '\\=').replace('+', '\\+')
 
 
-def _leaf(prefix, subject, ext_lines, ca_prefix, d):
+def _leaf(prefix, subject, ext_lines, ca_prefix, d, days='825'):
     _key(prefix + '.key', d)
     _openssl('req', '-new', '-key', prefix + '.key', '-subj', subject,
              '-out', prefix + '.csr', cwd=d)
@@ -86,7 +89,7 @@ def _leaf(prefix, subject, ext_lines, ca_prefix, d):
         f.write('\n'.join(ext_lines) + '\n')
     _openssl('x509', '-req', '-in', prefix + '.csr', '-CA', ca_prefix + '.crt',
              '-CAkey', ca_prefix + '.key', '-set_serial', '0x' + secrets.token_hex(16),
-             '-days', '825', '-sha256', '-extfile', ext, '-out', prefix + '.crt', cwd=d)
+             '-days', days, '-sha256', '-extfile', ext, '-out', prefix + '.crt', cwd=d)
     os.unlink(os.path.join(d, prefix + '.csr'))
     os.unlink(os.path.join(d, ext))
 
@@ -112,6 +115,8 @@ def _result(d, users, tokens):
         'rogue_ca': os.path.join(d, 'rogue-ca.crt'),
         'rogue_cert': os.path.join(d, 'rogue.crt'),
         'rogue_key': os.path.join(d, 'rogue.key'),
+        'expired_cert': os.path.join(d, 'expired.crt'),
+        'expired_key': os.path.join(d, 'expired.key'),
         'users': {},
         'token_files': {},
         'token_values': {},
@@ -143,7 +148,7 @@ def make_pki(directory, users=None, tokens=None):
     tokens = DEFAULT_TOKENS if tokens is None else tokens
     d = os.path.abspath(directory)
     os.makedirs(d, mode=0o700, exist_ok=True)
-    if os.path.exists(os.path.join(d, 'ca.crt')) and os.path.exists(os.path.join(d, 'tokens.csv')):
+    if os.path.exists(os.path.join(d, 'tokens.csv')):       # written last: the set is complete
         return _result(d, users, tokens)
     for name, _groups in users:
         if '/' in name or name.startswith('.') or not name:
@@ -160,6 +165,7 @@ def make_pki(directory, users=None, tokens=None):
     _ca('rogue-ca', 'rogue-ca', d)
     first = users[0] if users else ('rogue', [])
     _leaf('rogue', _client_subject(first[0], first[1]), _client_ext(), 'rogue-ca', d)
+    _leaf('expired', _client_subject(first[0], first[1]), _client_ext(), 'ca', d, days='-1')
     with open(os.path.join(d, 'tokens.csv'), 'w', newline='') as f:
         w = csv.writer(f, quoting=csv.QUOTE_MINIMAL)
         for i, (token, name, groups) in enumerate(tokens):
