@@ -11,7 +11,8 @@
  * socket ("present", "absent", "refused: ...") and the last failure of an operation the
  * probe did for grpcd. That works with any bus and without systemd. When systemd is on
  * the bus, the unit's state, its StatusText (grpcd reports "N resources registered"
- * there) and its uptime are shown too.
+ * there) and its uptime are shown too. Last, the broker's named NVIDIA config: the one in
+ * force, the one the node label asked for, and why that one is not in force.
  */
 
 #include <errno.h>
@@ -35,7 +36,68 @@ typedef struct DaemonStatus {
         char *version;
         uint64_t start_time;
         char *error;
+        /* The broker's named NVIDIA config (NodeConfig, NodeConfigRequested,
+         * NodeConfigError); node_config NULL: not asked or not answered. */
+        bool has_node_config;
+        char *node_config, *node_config_requested, *node_config_error;
 } DaemonStatus;
+
+static void query_node_config(Ctl *c, DaemonStatus *d) {
+        char **v[] = { &d->node_config, &d->node_config_requested, &d->node_config_error };
+        static const char * const names[] = { "NodeConfig", "NodeConfigRequested", "NodeConfigError" };
+
+        for (size_t i = 0; i < ELEMENTSOF(v); i++) {
+                sd_bus_error e = SD_BUS_ERROR_NULL;
+
+                if (sd_bus_get_property_string(c->bus, d->bus_name, d->path, d->interface, names[i], &e, v[i]) < 0)
+                        *v[i] = NULL;   /* a broker older than these properties */
+                sd_bus_error_free(&e);
+        }
+}
+
+/* A value of the broker's shown on a terminal: control characters as '?'. */
+static void print_plain(const char *s) {
+        for (; s && *s; s++)
+                putchar((unsigned char) *s < 0x20 || *s == 0x7f ? '?' : *s);
+}
+
+static void print_node_config(Ctl *c, const DaemonStatus *d) {
+        if (c->json) {
+                if (!d->node_config)
+                        return;
+                printf(",\"node_config\":{\"in_force\":");
+                ctl_json_string(d->node_config);
+                printf(",\"requested\":");
+                ctl_json_string(d->node_config_requested ?: "");
+                printf(",\"error\":");
+                ctl_json_string(d->node_config_error ?: "");
+                printf("}");
+                return;
+        }
+        printf("\nNVIDIA node config in force: ");
+        if (!d->node_config) {
+                printf("unknown (%s)\n", d->error ? "the broker is not running" : "not reported by the broker");
+                return;
+        }
+        if (isempty(d->node_config))
+                printf("kgpu.yaml's own NVIDIA settings\n");
+        else {
+                print_plain(d->node_config);
+                printf("\n");
+        }
+        printf("Requested (node label): ");
+        if (isempty(d->node_config_requested))
+                printf("none (label unset, or kgpu-clusterd has not called since the broker started)\n");
+        else {
+                print_plain(d->node_config_requested);
+                printf("\n");
+        }
+        if (!isempty(d->node_config_error)) {
+                printf("Not in force because: ");
+                print_plain(d->node_config_error);
+                printf("\n");
+        }
+}
 
 static void query(Ctl *c, DaemonStatus *d) {
         sd_bus_error e = SD_BUS_ERROR_NULL;
@@ -212,6 +274,8 @@ static void print_daemon(Ctl *c, const DaemonStatus *d, bool first, uint64_t now
                         printf(",\"error\":");
                         ctl_json_string(d->error);
                 }
+                if (d->has_node_config)
+                        print_node_config(c, d);
                 printf("}");
         } else if (d->error)
                 printf("%-14s %-10s %-10s %s\n", d->name, "down", "-", d->error);
@@ -298,6 +362,9 @@ int ctl_status(Ctl *c, int argc, char **argv) {
                 query(c, &ds[i]);
                 all_up = all_up && !ds[i].error;
         }
+        ds[1].has_node_config = true;
+        if (!ds[1].error)
+                query_node_config(c, &ds[1]);
         if (!ds[0].error)
                 query_kubelet(c, &g.kv);
         g.dir = g.kv.dir ?: "(unknown: kgpu-probed is not running)";
@@ -320,12 +387,18 @@ int ctl_status(Ctl *c, int argc, char **argv) {
                 printf("[");
         else
                 printf("%-14s %-10s %-10s %s\n", "DAEMON", "STATE", "VERSION", "UPTIME");
-        for (size_t i = 0; i < ELEMENTSOF(ds); i++) {
+        for (size_t i = 0; i < ELEMENTSOF(ds); i++)
                 print_daemon(c, &ds[i], i == 0, now);
+        print_grpcd(c, &g, now);
+        if (!c->json)
+                print_node_config(c, &ds[1]);
+        for (size_t i = 0; i < ELEMENTSOF(ds); i++) {
                 free(ds[i].version);
                 free(ds[i].error);
+                free(ds[i].node_config);
+                free(ds[i].node_config_requested);
+                free(ds[i].node_config_error);
         }
-        print_grpcd(c, &g, now);
 
         for (int i = 0; i < g.n_socks; i++)
                 free(g.socks[i].resource);

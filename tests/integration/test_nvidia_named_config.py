@@ -22,7 +22,7 @@
 # - "": the default (ts4) again, the control daemon got "quit"; NodeConfig "ts4",
 #   NodeConfigRequested "";
 # - "nope": io.kgpu.Error.UnknownConfig naming it, nothing changes, NodeConfigError says
-#   why; "bad": io.kgpu.Error.InvalidConfig naming bad.yaml:LINE: logLevel; a name with a
+#   why, and so does `kgpuctl status` (text and --json); "bad": io.kgpu.Error.InvalidConfig naming bad.yaml:LINE: logLevel; a name with a
 #   '/' : io.kgpu.Error.InvalidArgs; the devices stay those of ts4;
 # - SIGHUP re-reads the named file in force (ts4.yaml edited to 3 replicas);
 # - a sender that is neither root nor kgpu-cluster is refused: kgpu (the bus policy lets
@@ -32,6 +32,7 @@
 #   replicas; a state file with hostile content is ignored with kgpu.yaml's own settings
 #   and the reason in NodeConfigError, the broker serving on.
 
+import json
 import os
 import pwd
 import shutil
@@ -100,6 +101,12 @@ def wait_list(node, want, after, healthy=True, timeout=20):
             (not healthy or all(x['health'] == 'Healthy' for x in d)))
     _, devs = cl.wait_update(pred, after=after, timeout=timeout)
     return devs
+
+
+def kgpuctl(node, *args):
+    e = node._env({'KGPU_DEVICE_PLUGIN_PATH': node.plugin_dir})
+    return subprocess.run([node.bin('tools', 'kgpuctl')] + list(args), capture_output=True, text=True,
+                          env=e, timeout=20)
 
 
 def read_labels(node):
@@ -172,6 +179,15 @@ def switch(node):
     p = props(node)
     check(p['NodeConfig'] == 'ts4' and p['NodeConfigRequested'] == 'nope' and "'nope'" in p['NodeConfigError'],
           'properties after nope: %r' % p)
+    # kgpuctl status says the same, in text and JSON.
+    st = kgpuctl(node, 'status')
+    check('NVIDIA node config in force: ts4' in st.stdout and 'Requested (node label): nope' in st.stdout and
+          "Not in force because: no config named 'nope'" in st.stdout, 'kgpuctl status: %r' % st.stdout)
+    st = kgpuctl(node, 'status', '--json')
+    broker = [d for d in json.loads(st.stdout) if d.get('daemon') == 'kgpu-brokerd'][0]
+    nc = broker.get('node_config', {})
+    check(nc.get('in_force') == 'ts4' and nc.get('requested') == 'nope' and "'nope'" in nc.get('error', ''),
+          'kgpuctl status --json: %r' % broker)
     # An invalid file: refused with file:line:key.
     r = set_config(node, 'bad')
     check(r[0] == 'error' and r[1] == 'io.kgpu.Error.InvalidConfig' and 'bad.yaml:1: logLevel' in r[2],
