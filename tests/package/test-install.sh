@@ -45,7 +45,7 @@ cp "$debdir"/kgpu_*.deb "$testbed" "$src/tests/data/testbeds/two-gpus.umockdev" 
    "$src/tests/integration/kubelet_sim.py" "$here/in-container.py" \
    "$here/kgpu-testbed.service" "$here/probe-testbed.conf" "$here/kgpu-kubelet-sim.service" \
    "$here/in_container_cluster.py" "$src/tests/integration/apiserver_sim.py" \
-   "$src/tests/integration/apisim_pki.py" "$payload/"
+   "$src"/tests/integration/apisim_*.py "$payload/"
 cp "$src"/daemons/grpc/proto/*.proto "$payload/proto/"
 # The fake NVIDIA tools and their recordings (the MPS section of in-container.py).
 mkdir -p "$payload/fake-nvidia" "$payload/data"
