@@ -99,7 +99,7 @@ class ClusterCtx:
     def watches(self, resource='nodes'):
         return self.sim.watches(resource)
 
-    def wait_watch(self, resource='nodes', timeout=15):
+    def wait_watch(self, resource='nodes', timeout=60):
         check(self.sim.wait_watches(1, resource=resource, timeout=timeout),
               'kgpu-clusterd opened no %s watch within %ss; requests %r; log:\n%s' % (
                   resource, timeout, self.sim.requests()[-10:], self.clusterd_log()[-2000:]))

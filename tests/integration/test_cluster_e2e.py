@@ -211,7 +211,13 @@ class Sampler:
         return self.values
 
 
-def expect_ts(ctx, n, what, timeout=40):
+# kgpu-clusterd backs off as client-go's reflector does (doubling up to about 30 s,
+# reset only after a quiet while), and this case cuts its watches several times in a
+# row: every wait allows a whole maximal backoff plus jitter.
+BACKOFF_WAIT = 60
+
+
+def expect_ts(ctx, n, what, timeout=BACKOFF_WAIT):
     ctx.wait_node_config(lambda c: c['NodeConfig'] == 'ts%d' % n and c['NodeConfigError'] == '',
                          timeout=timeout, what=what)
     wait_devices(ctx.node, RES_GPU, replicas(n), timeout=20)
@@ -246,7 +252,7 @@ def api_faults(ctx):
         sim.slow(headers=1.5, events=1.5)
         sim.cut_watches('close', resource='nodes')
         sim.set_node_label(NODE_NAME, LABEL, 'ts2')
-        expect_ts(ctx, 2, 'the change through a slow server', timeout=60)
+        expect_ts(ctx, 2, 'the change through a slow server')
         sim.slow(0, 0)
 
         # 410: compacted past what clusterd has seen, then its watch cut.
@@ -266,12 +272,13 @@ def api_faults(ctx):
         fid = sim.add_fault('status', resource='nodes', code=401)
         sim.cut_watches('close', resource='nodes')
         sim.set_node_label(NODE_NAME, LABEL, 'ts2')
-        check(sim.wait_requests(lambda r: r.get('resource') == 'nodes' and r.get('status') == 401, timeout=20),
+        check(sim.wait_requests(lambda r: r.get('resource') == 'nodes' and r.get('status') == 401,
+                                timeout=BACKOFF_WAIT),
               'clusterd did not come back to the server under 401')
         time.sleep(2)
         still_serving(ctx, 4, '401')
         sim.remove_fault(fid)
-        expect_ts(ctx, 2, 'after the 401s stopped', timeout=60)
+        expect_ts(ctx, 2, 'after the 401s stopped')
 
         # A garbage watch line.
         ctx.wait_watch('nodes')
@@ -300,6 +307,12 @@ def gas_allocate(ctx, dm, pod, want_gpu, timeout=20):
     last = None
     while time.monotonic() < deadline:
         ids = dm.cl.get_preferred_allocation(list(dm.free), [], 1)
+        if not ids:
+            # No preference before the broker knows a GAS pod for the request: the
+            # kubelet would pick ids itself; wait for the pods to arrive instead.
+            last = 'no preferred allocation'
+            time.sleep(0.3)
+            continue
         try:
             answer = dm.cl.allocate(ids)
         except grpc.RpcError as e:
@@ -345,6 +358,8 @@ def gas_pods(ctx):
     sim.add_pod('default', 'plain', node_name=NODE_NAME, containers=ONE_I915)
     time.sleep(1.5)
     ids = dm.cl.get_preferred_allocation(list(dm.free), [], 1)
+    # No preference: the kubelet then takes free ids itself (devicesToAllocate).
+    ids = ids or dm.free[:1]
     try:
         ans = dm.cl.allocate(ids)
         raise AssertionError('a pod without GAS annotations got %r' % ans)
