@@ -13,6 +13,10 @@
 #define KGPU_BROKER_PATH           "/io/kgpu/Broker1"
 #define KGPU_BROKER_INTERFACE      "io.kgpu.Broker1"
 
+#define KGPU_CLUSTER_BUS_NAME      "io.kgpu.Cluster1"
+#define KGPU_CLUSTER_PATH          "/io/kgpu/Cluster1"
+#define KGPU_CLUSTER_INTERFACE     "io.kgpu.Cluster1"
+
 /* D-Bus error names kgpu returns. */
 #define KGPU_ERROR_UNKNOWN_RESOURCE "io.kgpu.Error.UnknownResource"
 #define KGPU_ERROR_UNKNOWN_DEVICE   "io.kgpu.Error.UnknownDevice"

@@ -175,6 +175,8 @@ typedef struct Config {
         char *cluster_kubeconfig;       /* cluster.kubeconfig, KUBECONFIG (NULL: in-cluster files) */
         char *cluster_node_name;        /* cluster.nodeName, NODE_NAME (NULL: the host name) */
         char *cluster_config_label;     /* cluster.configLabel, NODE_LABEL (default nvidia.com/device-plugin.config) */
+        uint32_t cluster_request_timeout_sec;   /* cluster.requestTimeoutSec (default 30) */
+        uint32_t cluster_min_watch_timeout_sec; /* cluster.minWatchTimeoutSec (default 300) */
         char *nvidia_configs_directory; /* nvidiaConfigs.directory, CONFIG_FILE_SRCDIR */
         char *nvidia_configs_default;   /* nvidiaConfigs.default, DEFAULT_CONFIG (NULL: kgpu.yaml's own) */
         /* Probe outputs; NULL (empty value) disables. */
