@@ -214,6 +214,7 @@ static void on_list_done(KubeRequest *q, const KubeResponse *resp, void *userdat
                 return schedule(r, true, true);
         }
         r->synced = true;
+        r->failures = 0;
         log_info("%s: listed %zu, at resourceVersion %s (%s).", r->ops->kind,
                  items ? json_object_array_length(items) : 0, r->rv, resp->http_version);
         request_watch(r);
@@ -284,6 +285,7 @@ static int on_watch_line(const char *line, size_t len, void *userdata) {
         k = free_and_strdup(&r->rv, rv);
         if (k < 0)
                 return k;
+        r->failures = 0;        /* the server answers sensibly again */
         log_debug("%s: %s at resourceVersion %s.", r->ops->kind, kube_watch_type_to_string(type), rv);
         if (r->ops->changed)
                 r->ops->changed(r);

@@ -12,8 +12,9 @@
  * an event over REFLECTOR_EVENT_MAX bytes make it list again; everything else that goes
  * wrong (401/403 after which the token is read again, 429, 5xx, a refused, timed out, cut
  * or slow connection, a malformed List) is retried after an exponential backoff with
- * full jitter, as client-go's: 0.8 s doubling up to 30 s, then uniformly up to twice
- * that, back to 0.8 s after 2 minutes without a failure. What the objects were stays in
+ * jitter, as client-go's: 0.8 s doubling up to 30 s, then uniformly up to twice that;
+ * back to 0.8 s after a List is applied or a watch delivers an event or a bookmark (and,
+ * as client-go, after 2 minutes without a failure). What the objects were stays in
  * force meanwhile: only a new List replaces it. Every failure is kept in last_error
  * (with its time) and reported to ops->changed, as is every change of `synced` and
  * `watching`.

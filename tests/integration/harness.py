@@ -78,6 +78,9 @@ BROKER_BUS = 'io.kgpu.Broker1'
 BROKER_PATH = '/io/kgpu/Broker1'
 GRPC_USER = 'kgpu'
 BROKER_USER = 'kgpu-broker'
+CLUSTER_USER = 'kgpu-cluster'
+CLUSTER_BUS = 'io.kgpu.Cluster1'
+CLUSTER_PATH = '/io/kgpu/Cluster1'
 RES_NVIDIA = 'nvidia.com/gpu'
 
 
@@ -134,8 +137,8 @@ def is_root():
 
 
 def ensure_users():
-    """Creates the system users kgpu and kgpu-broker if missing (root only)."""
-    for u in (GRPC_USER, BROKER_USER):
+    """Creates the system users kgpu, kgpu-broker and kgpu-cluster if missing (root only)."""
+    for u in (GRPC_USER, BROKER_USER, CLUSTER_USER):
         try:
             pwd.getpwnam(u)
         except KeyError:
@@ -639,6 +642,71 @@ class Node:
         self.daemons['broker'] = d.start()
         return d
 
+    def start_clusterd(self, env=None, args=(), wait=True, timeout=10):
+        """kgpu-clusterd from the build tree (as root when root: it drops to cluster.user
+        itself), with the node's kgpu.yaml; env adds to the daemons' environment
+        (KUBECONFIG, NODE_NAME, KUBERNETES_SERVICE_HOST/_PORT, KGPU_SERVICEACCOUNT_DIR,
+        ...). wait: until io.kgpu.Cluster1 is on the bus. Files it must read have to be
+        readable by kgpu-cluster (see cluster_readable())."""
+        run = os.path.join(self.tmp, 'run', 'cluster')
+        os.makedirs(run, exist_ok=True)
+        e = self._env({'KGPU_RUNTIME_DIRECTORY': run})
+        # Not the caller's: only what the test gives.
+        for k in ('KUBECONFIG', 'NODE_NAME', 'KUBERNETES_SERVICE_HOST', 'KUBERNETES_SERVICE_PORT'):
+            e.pop(k, None)
+        e.update(env or {})
+        d = Daemon(self, 'cluster', [self.bin('daemons', 'cluster', 'kgpu-clusterd')] + list(args), e)
+        old = self.daemons.get('cluster')
+        if old is not None:
+            old.stop()
+            d.returncodes = old.returncodes
+        self.daemons['cluster'] = d.start()
+        if wait:
+            self.wait_bus_name(CLUSTER_BUS, timeout, d)
+        return d
+
+    def cluster_readable(self, *paths):
+        """Makes files (and directories, recursively) readable by kgpu-clusterd's user:
+        owned by it when root (the way a node gives it its kubeconfig), else left as they
+        are (everything runs as the caller)."""
+        if not self.root:
+            return
+        pw = pwd.getpwnam(CLUSTER_USER)
+        for p in paths:
+            for dirpath, _dirs, files in (os.walk(p) if os.path.isdir(p) else [(None, [], [p])]):
+                if dirpath is not None:
+                    os.chown(dirpath, pw.pw_uid, pw.pw_gid)
+                for f in files:
+                    os.chown(f if dirpath is None else os.path.join(dirpath, f), pw.pw_uid, pw.pw_gid)
+            # The directories above must let it through.
+            d = os.path.dirname(os.path.abspath(p))
+            while d.startswith(self.tmp) and d != self.tmp:
+                os.chmod(d, os.stat(d).st_mode | 0o711)
+                d = os.path.dirname(d)
+
+    def cluster_properties(self):
+        """io.kgpu.Cluster1's properties as {name: value}."""
+        r = self.busctl('call', CLUSTER_BUS, CLUSTER_PATH, 'org.freedesktop.DBus.Properties',
+                        'GetAll', 's', CLUSTER_BUS)
+        return {k: v['data'] for k, v in r['data'][0].items()}
+
+    def wait_cluster(self, pred, timeout=20, what='io.kgpu.Cluster1 condition'):
+        """Polls cluster_properties() until pred(props) is true; returns the props."""
+        deadline = time.monotonic() + timeout
+        props = None
+        d = self.daemons.get('cluster')
+        while time.monotonic() < deadline:
+            if d is not None and not d.alive():
+                raise RuntimeError('kgpu-clusterd exited (rc %s) while waiting for %s' % (d.proc.returncode, what))
+            try:
+                props = self.cluster_properties()
+            except RuntimeError:
+                props = None
+            if props is not None and pred(props):
+                return props
+            time.sleep(0.05)
+        raise TimeoutError('timed out after %ss waiting for %s; last %r' % (timeout, what, props))
+
     def restart_broker(self, timeout=10):
         self.start_broker()
         self.wait_bus_name(BROKER_BUS, timeout, self.daemons['broker'])
@@ -734,7 +802,7 @@ class Node:
                 self.kubelet.stop()
             except Exception as e:  # keep tearing down
                 self.log('kubelet sim stop: %s' % e)
-        for name in ('grpc', 'broker', 'probe'):
+        for name in ('cluster', 'grpc', 'broker', 'probe'):
             d = self.daemons.get(name)
             if d is not None:
                 rcs[name] = d.stop()
