@@ -10,9 +10,9 @@
 # on a fresh node: the simulator (with this node's Node object, labels from cluster
 # kwargs 'labels'), named NVIDIA configs written into a directory of the node's own
 # (cluster kwargs 'configs': {name: YAML text}, 'default': name), kgpu.yaml's cluster.*
-# and nvidiaConfigs.* keys, then kgpu-clusterd; fn(ctx) gets a ClusterCtx (node, sim,
-# clusterd Daemon, helpers). Every process is stopped by pid; clusterd must exit 0 on
-# SIGTERM like the others. Exits the process 0 (all passed), 1 (one failed, logs
+# and nvidiaConfigs.* keys, then kgpu-clusterd (harness Node.start_clusterd); fn(ctx)
+# gets a ClusterCtx (node, sim, clusterd Daemon, helpers). Every process is stopped by
+# pid; clusterd must exit 0 on SIGTERM like the others. Exits the process 0 (all passed), 1 (one failed, logs
 # dumped) or 77 (skipped: clusterd or the simulator's python3-h2 missing).
 
 import atexit
@@ -27,19 +27,9 @@ import traceback
 import harness
 from harness import check
 
-CLUSTER_BUS = 'io.kgpu.Cluster1'
-CLUSTER_PATH = '/io/kgpu/Cluster1'
-CLUSTER_USER = 'kgpu-cluster'
+CLUSTER_USER = harness.CLUSTER_USER
 NODE_NAME = 'kgpu-node-1'
 LABEL = 'nvidia.com/device-plugin.config'
-
-
-def ensure_cluster_user():
-    try:
-        pwd.getpwnam(CLUSTER_USER)
-    except KeyError:
-        subprocess.run(['useradd', '--system', '--no-create-home', '--shell', '/usr/sbin/nologin',
-                        CLUSTER_USER], check=True)
 
 
 class ClusterCtx:
@@ -53,17 +43,8 @@ class ClusterCtx:
 
     # --- kgpu-clusterd -------------------------------------------------------------
     def start_clusterd(self, wait_name=True, extra_env=None):
-        env = self.node._env(dict(extra_env or {}))
-        d = harness.Daemon(self.node, 'cluster', [self.node.bin('daemons', 'cluster', 'kgpu-clusterd')], env)
-        old = self.clusterd
-        if old is not None:
-            old.stop()
-            d.returncodes = old.returncodes
-        self.clusterd = d.start()
-        self.node.daemons['cluster'] = d
-        if wait_name:
-            self.node.wait_bus_name(CLUSTER_BUS, 15, d)
-        return d
+        self.clusterd = self.node.start_clusterd(env=extra_env, wait=wait_name, timeout=15)
+        return self.clusterd
 
     def clusterd_log(self):
         return self.clusterd.log_text() if self.clusterd else ''
@@ -157,7 +138,7 @@ def run_cluster_cases(cases):
             configs_dir = os.path.join(work, 'nvidia-configs.d')
             write_configs(configs_dir, cl_kwargs.get('configs', {}))
             if harness.is_root():
-                ensure_cluster_user()
+                harness.ensure_users()
                 cu = pwd.getpwnam(CLUSTER_USER)
                 os.chown(kubeconfig, cu.pw_uid, cu.pw_gid)
             kw = dict(node_kwargs)
@@ -181,8 +162,6 @@ def run_cluster_cases(cases):
             traceback.print_exc()
             if node:
                 node.dump_logs()
-                if ctx and ctx.clusterd:
-                    ctx.clusterd.stop()
                 node.stop()
             if sim:
                 try:
@@ -194,10 +173,8 @@ def run_cluster_cases(cases):
                 sim.stop()
             print('FAIL %s [%s]' % (name, title))
             sys.exit(1)
-        rc_cluster = ctx.clusterd.stop() if ctx and ctx.clusterd else 0
         rcs = node.stop(dump_on_unclean=True)
         sim.stop()
-        rcs['cluster'] = rc_cluster
         shutil.rmtree(work, ignore_errors=True)
         bad = {k: v for k, v in rcs.items() if v not in (0, None)}
         if bad:
