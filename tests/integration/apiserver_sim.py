@@ -13,7 +13,8 @@
 # ---------------------------------------------------------------------------------------
 # Python API (stable; later changes only add)
 #
-#   from apiserver_sim import ApiServerSim, make_pki, write_kubeconfig, SimClient
+#   from apiserver_sim import (ApiServerSim, SimClient, make_pki, make_client_cert,
+#                              write_kubeconfig, write_serviceaccount)
 #   pki = make_pki(tmpdir + '/pki')                      # see apisim_pki.py
 #   sim = ApiServerSim(pki, port=0, http1_only=False, rbac=None, anonymous=False,
 #                      bookmark_interval=60.0, default_watch_timeout=1800.0)
@@ -41,7 +42,13 @@
 #   sim.compact(rv=None)            compaction point = rv or the current revision
 #   sim.set_rbac(rules)             rules: [{'users': [...], 'groups': [...],
 #                                   'verbs': [...], 'resources': [...],
-#                                   'namespaces': [...] (optional: absent = all)}]
+#                                   'resourceNames': [...], 'namespaces': [...] (both
+#                                   optional: absent = all)}]; DEFAULT_RBAC is the
+#                                   repository's deploy/rbac.yaml (nodes get/list/watch,
+#                                   pods list/watch) for user kgpu-cluster and the
+#                                   service account SERVICEACCOUNT_USER
+#   rbac_from_manifests(paths_or_yaml_texts) -> rules   (apisim_rbac.py: ClusterRole,
+#                                   Role, ClusterRoleBinding, RoleBinding documents)
 #   sim.set_bookmark_interval(seconds)
 #   sim.set_bookmark_style('docs'|'go')   'docs' (default): the bookmark object is only
 #                                   kind, apiVersion, metadata.resourceVersion, as the API
@@ -53,8 +60,12 @@
 #                                   unsized)
 #
 #   Faults:
-#   sim.down()      stop accepting and close every connection; sim.up() listens again on
-#                   the same port
+#   sim.down(graceful=False)   stop accepting and close every connection (graceful:
+#                   watches end cleanly, HTTP/2 gets GOAWAY NO_ERROR, then the close);
+#                   sim.up() listens again on the same port
+#   sim.kubeconfig(path, user='kgpu-cluster', token=False, embed=True) -> path
+#                   a kubeconfig for this server and a user of the PKI (client
+#                   certificate, or with token=True its token file)
 #   sim.slow(headers=0.0, events=0.0)   delay before every response's headers / before
 #                   every watch event (0, 0 = off)
 #   sim.cut_watches(mode='close', resource=None) -> number of streams cut
@@ -71,13 +82,19 @@
 #                     fairness filter (Retry-After header); style='status' gives a
 #                     TooManyRequests Status with details.retryAfterSeconds instead
 #         'oversized' size=N bytes: a valid answer padded to about N bytes (a list item /
-#                     watch event object with an annotation of N bytes)
+#                     watch event object with an annotation of N bytes); watch: after=K
+#                     events (default 0)
 #         'garbage'   body=bytes: the body (list/get) or one watch line is that
-#                     (default: not JSON), Content-Type still application/json
+#                     (default: not JSON), Content-Type still application/json; watch:
+#                     the line comes after=K events (default 0), the stream goes on
+#         'error_event'  watch only: after=K events an ERROR event, then the stream
+#                     ends; code=410 (Expired "too old resource version: N (C)", default)
+#                     | 500 (InternalError) | other with reason=, message=
 #         'truncated' the list/get body stops half way and the connection closes
 #         'slow'      headers=s, events=s for the requests it hits
 #         'hang'      headers never come (until stop/down/cut)
 #   sim.remove_fault(fid)   sim.clear_faults()
+#   sim.add_token(token, user, groups=())   sim.remove_token(token)   (the token table)
 #
 #   Observation:
 #   sim.requests() -> [{'method','path','query','user','groups','proto','status','verb',
@@ -90,7 +107,8 @@
 #   Process mode: python3 apiserver_sim.py --port P --pki DIR [--state FILE]
 #       [--control SOCK] [--http1-only] [--host H] [--bookmark-interval S]
 #   creates the PKI in DIR when missing, loads FILE ({"nodes": [{"name", "labels"}],
-#   "pods": [{add_pod keyword args}], "rbac": [...], "anonymous": bool}), prints
+#   "pods": [{add_pod keyword args}], "rbac": [...], "rbac_manifests": [paths, relative
+#   to FILE], "tokens": [{"token", "user", "groups"}], "anonymous": bool}), prints
 #   "READY <port>" on stdout, serves until SIGTERM/SIGINT. The control socket takes one
 #   JSON object per line {"op": NAME, "args": [...], "kwargs": {...}} for every method
 #   above (bytes given as str) and answers {"ok": true, "result": ...} or
@@ -123,9 +141,17 @@
 #    "<resource>" in API group "" at the cluster scope' ('in the namespace "<ns>"' for a
 #    namespaced request; '<resource> is forbidden: ...' without a name), reason
 #    Forbidden, details {"name","kind":<resource>}, code 403. A list or watch with
-#    fieldSelector metadata.name=X is authorized as that name (RequestInfoFactory).
+#    fieldSelector metadata.name=X is authorized as that name (RequestInfoFactory), so
+#    RBAC resourceNames restrict such a list or watch.
 #  - Verbs: GET collection = list, GET collection with watch=1|true = watch, GET object =
-#    get.
+#    get. The deprecated /api/v1/watch/<collection>[/<name>] paths are watches; a name
+#    there becomes a metadata.name field selector (a different one: 400 "fieldSelector
+#    metadata.name doesn't match requested name").
+#  - Accept: application/json, */* and application/* are answered in JSON; anything else
+#    gets 406 NotAcceptable "only the following media types are accepted:
+#    application/json, application/yaml, application/vnd.kubernetes.protobuf" (the list
+#    is the real server's; YAML and protobuf answers are not simulated, so those two are
+#    refused here where the real server would answer in them).
 #  - Lists: {"kind":"NodeList"|"PodList","apiVersion":"v1","metadata":
 #    {"resourceVersion":"N"},"items":[...]}; items carry no kind/apiVersion. A single
 #    object and a watch event's object carry kind "Node"/"Pod", apiVersion "v1".
@@ -153,7 +179,9 @@
 #    410 reason Expired message "too old resource version: N (C)" (cacher watchCache),
 #    then ends. allowWatchBookmarks=true: BOOKMARK events whose object is only
 #    {"kind","apiVersion","metadata":{"resourceVersion"}} with the newest revision the
-#    cache has seen (it may be of an object this watch does not match).
+#    cache has seen (it may be of an object this watch does not match), about every
+#    minute (bookmark interval, configurable) and once 2 s before the watch's deadline
+#    (cacheWatcher.nextBookmarkTime).
 #    Watch options (validateWatchOptions): resourceVersionMatch only with
 #    sendInitialEvents and only NotOlderThan, sendInitialEvents only with
 #    resourceVersionMatch=NotOlderThan, else 422. sendInitialEvents=true: ADDED events for
@@ -209,14 +237,20 @@ import urllib.parse
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from apisim_pki import make_pki, write_kubeconfig, read_token_file  # noqa: E402,F401  (re-exported)
+from apisim_pki import (make_pki, make_client_cert, write_kubeconfig, write_serviceaccount,  # noqa: E402,F401
+                        read_token_file, SERVICEACCOUNT_USER)  # (re-exported)
 from apisim_wire import (CALL_TIMEOUT, DEFAULT_RBAC, GZIP_THRESHOLD, H1_BUFFER, H2_BUFFER,  # noqa: E402,F401
-                         MAX_REQUEST_HEADER, HttpError, _dumps, make_matcher, parse_field_selector,
+                         MAX_REQUEST_HEADER, HttpError, _bad_request, _dumps, make_matcher, parse_field_selector,
                          parse_label_selector, status_obj, with_kind)
 from apisim_http import H1Conn, H2Conn, H2Responder  # noqa: E402
 
 X509_V_FLAG_NO_CHECK_TIME = 0x200000
+
+__all__ = ['ApiServerSim', 'SimClient', 'DEFAULT_RBAC', 'SERVICEACCOUNT_USER', 'make_pki', 'make_client_cert',
+           'rbac_from_manifests',
+           'write_kubeconfig', 'write_serviceaccount', 'read_token_file', 'load_state', 'main']
 from apisim_state import SimState  # noqa: E402
+from apisim_rbac import authorize, rbac_from_manifests  # noqa: E402,F401  (re-exported)
 from apisim_listwatch import ListWatch  # noqa: E402
 
 
@@ -303,13 +337,6 @@ class ApiServerSim(SimState, ListWatch):
         try:
             loop.run_forever()
         finally:
-            self._close_all()
-            for t in asyncio.all_tasks(loop):
-                t.cancel()
-            try:
-                loop.run_until_complete(asyncio.sleep(0))
-            except Exception:
-                pass
             loop.close()
 
     async def _listen(self):
@@ -323,11 +350,37 @@ class ApiServerSim(SimState, ListWatch):
             return
         loop = self._loop
         try:
-            loop.call_soon_threadsafe(loop.stop)
+            asyncio.run_coroutine_threadsafe(self._shutdown(), loop)
         except RuntimeError:
             pass
         self._thread.join(CALL_TIMEOUT)
+        if self._thread.is_alive():     # never hang a test: the thread is a daemon
+            try:
+                loop.call_soon_threadsafe(loop.stop)
+            except RuntimeError:
+                pass
         self._thread = None
+
+    async def _shutdown(self):
+        """On the loop: close the listener and every connection, end every task, stop."""
+        self._close_all()
+        me = asyncio.current_task()
+        for _ in range(3):          # cancelled tasks may start others (aborts): a few rounds
+            tasks = [t for t in asyncio.all_tasks() if t is not me]
+            if not tasks:
+                break
+            for t in tasks:
+                t.cancel()
+            await asyncio.wait(tasks, timeout=2)
+        asyncio.get_running_loop().stop()
+
+    def kubeconfig(self, path, user='kgpu-cluster', token=False, embed=True):
+        u = self.pki['users'].get(user, {})
+        if token:
+            return write_kubeconfig(path, self.url, ca=self.pki['ca'], token_file=self.pki['token_files'][user],
+                                    embed=embed, user=user)
+        return write_kubeconfig(path, self.url, ca=self.pki['ca'], client_cert=u['cert'], client_key=u['key'],
+                                embed=embed, user=user)
 
     def __enter__(self):
         return self.start()
@@ -425,18 +478,8 @@ class ApiServerSim(SimState, ListWatch):
             return 'system:anonymous', ['system:unauthenticated']
         return None
 
-    def _authorize(self, user, groups, verb, resource, namespace):
-        for r in self.rbac:
-            if user not in r.get('users', []) and not set(groups) & set(r.get('groups', [])):
-                continue
-            if verb not in r.get('verbs', []) and '*' not in r.get('verbs', []):
-                continue
-            if resource not in r.get('resources', []) and '*' not in r.get('resources', []):
-                continue
-            if 'namespaces' in r and (not namespace or namespace not in r['namespaces']):
-                continue
-            return True
-        return False
+    def _authorize(self, user, groups, verb, resource, namespace, name=None):
+        return authorize(self.rbac, user, groups, verb, resource, namespace, name)
 
     @staticmethod
     def _forbidden(user, verb, resource, name, namespace):
@@ -461,6 +504,11 @@ class ApiServerSim(SimState, ListWatch):
         if len(p) < 3 or p[0] != 'api' or p[1] != 'v1':
             return None
         rest = p[2:]
+        req.legacy_watch = False
+        if rest[0] == 'watch' and len(rest) >= 2:
+            # The deprecated /api/v1/watch/... paths: a watch, named or not.
+            req.legacy_watch = True
+            rest = rest[1:]
         if rest[0] == 'namespaces' and len(rest) >= 3:
             ns, rest = rest[1], rest[2:]
             if rest[0] != 'pods' or len(rest) > 2:
@@ -511,30 +559,45 @@ class ApiServerSim(SimState, ListWatch):
                 raise HttpError(404, status_obj(404, 'NotFound', 'the server could not find the requested resource',
                                                 {}))
             resource, namespace, name = route
-            watch = req.query.get('watch', '').lower() in ('1', 'true')
-            verb = 'get' if name else ('watch' if watch else 'list')
+            watch = req.query.get('watch', '').lower() in ('1', 'true') or req.legacy_watch
+            verb = 'get' if name and not req.legacy_watch else ('watch' if watch else 'list')
             fsel = parse_field_selector(resource, req.query.get('fieldSelector', ''))
+            if req.legacy_watch and name:
+                # ListResource: the path's name becomes a metadata.name field selector.
+                named = [v for f, op, v in fsel if f == 'metadata.name' and op == '=']
+                if fsel and (not named or named[0] != name):
+                    raise _bad_request("fieldSelector metadata.name doesn't match requested name")
+                if not fsel:
+                    fsel = [('metadata.name', '=', name)]
             authz_name = name
             if not name:
                 for f, op, v in fsel:
-                    if f == 'metadata.name' and op == '=':
+                    if f == 'metadata.name' and op == '=' and v not in ('.', '..') and '/' not in v and '%' not in v:
                         authz_name = v
             if req.method not in ('GET', 'HEAD'):
-                if not self._authorize(req.user, req.groups, req.method.lower(), resource, namespace):
+                if not self._authorize(req.user, req.groups, req.method.lower(), resource, namespace, authz_name):
                     raise self._forbidden(req.user, {'POST': 'create', 'PUT': 'update', 'PATCH': 'patch',
                                                      'DELETE': 'delete'}.get(req.method, req.method.lower()),
                                           resource, authz_name, namespace)
                 raise HttpError(405, status_obj(405, 'MethodNotAllowed',
                                                 'the server does not allow this method on the requested resource',
                                                 {}))
-            if not self._authorize(req.user, req.groups, verb, resource, namespace):
+            if not self._authorize(req.user, req.groups, verb, resource, namespace, authz_name):
                 raise self._forbidden(req.user, verb, resource, authz_name, namespace)
+            accept = req.headers.get('accept', '')
+            if accept and not any(m.split(';')[0].strip() in ('application/json', '*/*', 'application/*')
+                                  for m in accept.split(',')):
+                raise HttpError(406, status_obj(406, 'NotAcceptable', 'only the following media types are accepted: '
+                                                'application/json, application/yaml, '
+                                                'application/vnd.kubernetes.protobuf'))
             fault = self._take_fault(resource, verb)
             if fault is not None:
                 if await self._apply_fault(req, resp, fault, resource, verb):
                     return
             match = make_matcher(resource, namespace, fsel,
                                  parse_label_selector(req.query.get('labelSelector', '')))
+            if req.legacy_watch:
+                name = None
             if verb == 'get':
                 await self._get(req, resp, resource, namespace, name, fault)
             elif verb == 'list':
@@ -716,6 +779,11 @@ def load_state(sim, path):
         st = json.load(f)
     if 'rbac' in st:
         sim.set_rbac(st['rbac'])
+    if 'rbac_manifests' in st:
+        base = os.path.dirname(os.path.abspath(path))
+        sim.set_rbac(rbac_from_manifests([os.path.join(base, m) for m in st['rbac_manifests']]))
+    for tok in st.get('tokens', []):
+        sim.add_token(tok['token'], tok['user'], tok.get('groups', []))
     if 'anonymous' in st:
         sim.set_anonymous(st['anonymous'])
     for n in st.get('nodes', []):

@@ -32,6 +32,7 @@ class Request:
         self.conn = conn
         self.user = None
         self.groups = []
+        self.legacy_watch = False
 
 
 class Responder:
@@ -54,6 +55,16 @@ class Responder:
     async def reset(self):
         self.abort()
 
+    def watch_peer(self):
+        """From now on, notice when the client goes away (a watch waits for events)."""
+
+    async def stop_watch_peer(self):
+        pass
+
+    def gone(self):
+        """The client closed the connection or reset the stream."""
+        return self.conn.closed
+
 
 class Conn:
     """Base of an accepted TLS connection."""
@@ -72,9 +83,16 @@ class Conn:
                 self.writer.transport.abort()
             except Exception:
                 pass
+        try:
+            me = asyncio.current_task()
+        except RuntimeError:
+            me = None
         for t in list(self.tasks):
-            if t is not asyncio.current_task():
+            if t is not me:
                 t.cancel()
+
+    def goaway(self):
+        """A server going down: HTTP/2 sends GOAWAY; HTTP/1.1 has nothing to say."""
 
     async def drain(self):
         await asyncio.wait_for(self.writer.drain(), WRITE_TIMEOUT)
@@ -99,6 +117,33 @@ class H1Responder(Responder):
         self.conn = conn
         self.started = False
         self.ended = False
+        self.peer_closed = False
+
+    def watch_peer(self):
+        # As Go's server does for a handler still running: read on in the background and
+        # cancel the request when the client closes.
+        async def read_until_eof():
+            try:
+                while True:
+                    d = await self.conn.reader.read(4096)
+                    if not d:
+                        break
+            except (ConnectionError, OSError, ssl.SSLError):
+                pass
+            self.peer_closed = True
+        t = asyncio.ensure_future(read_until_eof())
+        self.conn.tasks.add(t)
+        t.add_done_callback(self.conn.tasks.discard)
+        self.peer_task = t
+
+    async def stop_watch_peer(self):
+        t = getattr(self, 'peer_task', None)
+        if t is not None and not t.done():
+            t.cancel()
+            await asyncio.wait([t], timeout=1)      # the reader is free for the next request
+
+    def gone(self):
+        return self.conn.closed or self.peer_closed
 
     async def start(self, code, headers, length=None):
         reason = {200: 'OK', 400: 'Bad Request', 401: 'Unauthorized', 403: 'Forbidden',
@@ -134,6 +179,9 @@ class H1Responder(Responder):
         await self.conn.drain()
 
     async def end(self):
+        # Stop the background reader before the last chunk: the client may send its next
+        # request as soon as it has that chunk.
+        await self.stop_watch_peer()
         if self.chunked and not self.ended:
             self.conn.writer.write(b'0\r\n\r\n')
             await self.conn.drain()
@@ -213,13 +261,15 @@ class H2Responder(Responder):
                 window = c.h2.local_flow_control_window(self.sid)
             except (h2.exceptions.StreamClosedError, KeyError):
                 raise ConnectionError('stream closed')
-            n = min(window, c.h2.max_outbound_frame_size, len(data))
+            n = min(window, len(data))
             if n <= 0:
                 ev = c.window_event
                 ev.clear()
                 await asyncio.wait_for(ev.wait(), WRITE_TIMEOUT)
                 continue
-            c.h2.send_data(self.sid, data[:n])
+            step = c.h2.max_outbound_frame_size
+            for i in range(0, n, step):
+                c.h2.send_data(self.sid, data[i:min(i + step, n)])
             data = data[n:]
             await c.flush()
 
@@ -232,6 +282,9 @@ class H2Responder(Responder):
                 return
             await self.conn.flush()
 
+    def gone(self):
+        return self.conn.closed or self.sid in self.conn.reset_streams
+
     async def reset(self):
         try:
             self.conn.h2.reset_stream(self.sid, h2.errors.ErrorCodes.INTERNAL_ERROR)
@@ -242,6 +295,15 @@ class H2Responder(Responder):
 
 class H2Conn(Conn):
     proto = 'h2'
+
+    def goaway(self):
+        if self.closed or not hasattr(self, 'h2'):
+            return
+        try:
+            self.h2.close_connection(h2.errors.ErrorCodes.NO_ERROR)
+            self.writer.write(self.h2.data_to_send())
+        except (h2.exceptions.ProtocolError, ConnectionError, OSError):
+            pass
 
     async def flush(self):
         data = self.h2.data_to_send()

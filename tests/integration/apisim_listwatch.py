@@ -15,6 +15,9 @@ from apisim_wire import (CONTINUE_EXPIRED, CUT, KINDS, MIN_REQUEST_TIMEOUT, Even
                          _dumps, _invalid, _invalid_list_options, _key, _keystr, _on_loop, status_obj, with_kind)
 
 
+PEER_POLL = 0.25      # how often a waiting watch looks whether its client is still there
+
+
 class ListWatch:
     async def _list(self, req, resp, resource, match, fault):
         rvs = req.query.get('resourceVersion', '')
@@ -116,11 +119,13 @@ class ListWatch:
         if errs:
             raise _invalid(errs)
         try:
-            timeout = float(q['timeoutSeconds']) if 'timeoutSeconds' in q else (
-                self.default_watch_timeout if self.default_watch_timeout is not None
-                else MIN_REQUEST_TIMEOUT * (1 + random.random()))
+            timeout = int(q['timeoutSeconds']) if 'timeoutSeconds' in q else 0
         except ValueError:
             raise _bad_request('timeoutSeconds: invalid value %r' % q.get('timeoutSeconds'))
+        if timeout == 0:
+            # No (or zero) timeoutSeconds: the minimum request timeout times [1, 2).
+            timeout = (self.default_watch_timeout if self.default_watch_timeout is not None
+                       else MIN_REQUEST_TIMEOUT * (1 + random.random()))
         n = None
         if rvs not in ('', '0'):
             try:
@@ -160,24 +165,40 @@ class ListWatch:
                 await resp.write((_dumps({'type': 'ERROR', 'object': st}) + '\n').encode())
                 await resp.end()
                 return
+            resp.watch_peer()
             deadline = time.monotonic() + timeout
-            next_bm = time.monotonic() + self.bookmark_interval
-            garbage = fault if fault is not None and fault['kind'] == 'garbage' else None
+            next_bm = self._next_bookmark(time.monotonic(), deadline)
+            kind = fault['kind'] if fault is not None else None
+            params = fault['params'] if fault is not None else {}
+            after = int(params.get('after', 0))
+            garbage = kind == 'garbage'
+            error_event = kind == 'error_event'
             pad = self._padding(fault)
+            sent = 0
             while True:
+                if sent >= after and garbage:
+                    await resp.write(params.get('body', b'\x00{"type":"ADDED","object":{garbage') + b'\n')
+                    garbage = False
+                if sent >= after and error_event:
+                    await resp.write((_dumps({'type': 'ERROR', 'object': self._error_event_status(params, n)})
+                                      + '\n').encode())
+                    await resp.end()
+                    return
                 if pending:
                     item = pending.pop(0)
                 else:
                     now = time.monotonic()
                     if now >= deadline:
                         break
-                    wait = deadline - now
-                    if bookmarks:
+                    if resp.gone():
+                        return          # the client went away: the watch ends (no write)
+                    wait = min(deadline - now, PEER_POLL)
+                    if bookmarks and next_bm is not None:
                         wait = min(wait, max(0.0, next_bm - now))
                     try:
                         item = await asyncio.wait_for(w.queue.get(), wait)
                     except asyncio.TimeoutError:
-                        if bookmarks and time.monotonic() >= next_bm:
+                        if bookmarks and next_bm is not None and time.monotonic() >= next_bm:
                             item = ('BOOKMARK', None)
                         else:
                             continue
@@ -198,9 +219,9 @@ class ListWatch:
                     if typ == 'BOOKMARK-END':
                         md['annotations'] = {'k8s.io/initial-events-end': 'true'}
                     line = _dumps({'type': 'BOOKMARK', 'object': self._bookmark_object(resource, md)})
-                    next_bm = time.monotonic() + self.bookmark_interval
+                    next_bm = self._next_bookmark(time.monotonic(), deadline)
                 else:
-                    if pad is not None:
+                    if pad is not None and sent >= after:
                         obj = self._pad(obj, pad)
                         pad = None
                     line = _dumps({'type': typ, 'object': with_kind(resource, obj)})
@@ -213,13 +234,28 @@ class ListWatch:
                 if w.cut_mode is not None:
                     await self._cut(resp, w.cut_mode, data)
                     return
-                if garbage is not None:
-                    await resp.write(garbage['params'].get('body', b'\x00{"type":"ADDED","object":{garbage') + b'\n')
-                    garbage = None
                 await resp.write(data)
+                sent += 1
             await resp.end()
         finally:
+            await resp.stop_watch_peer()
             self.watchers.discard(w)
+
+    def _next_bookmark(self, now, deadline):
+        """cacheWatcher.nextBookmarkTime: every bookmark interval, and 2 s before the
+        watch's deadline; none once that moment has passed."""
+        t = min(now + self.bookmark_interval, deadline - 2.0)
+        return None if t < now else t
+
+    def _error_event_status(self, params, n):
+        code = int(params.get('code', 410))
+        if code == 410:
+            return status_obj(410, 'Expired', params.get('message', 'too old resource version: %s (%d)'
+                                                          % (n if n is not None else 0, self.compacted)))
+        if code == 500:
+            m = params.get('message', 'simulated failure')
+            return status_obj(500, 'InternalError', 'Internal error occurred: ' + m, {'causes': [{'message': m}]})
+        return status_obj(code, params.get('reason', 'InternalError'), params.get('message', 'simulated error %d' % code))
 
     def _bookmark_object(self, resource, md):
         obj = {'kind': KINDS[resource][0], 'apiVersion': 'v1', 'metadata': md}

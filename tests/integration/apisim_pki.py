@@ -28,6 +28,15 @@
 #   An existing complete directory (ca.crt and tokens.csv present) is reused as it is.
 #   `users` is a list of (name, [groups]); `tokens` a list of (token, name, [groups]).
 #
+# make_client_cert(pki, name, user, groups=(), days=825) -> (cert, key)
+#   Another client certificate signed by the CA, files <name>.crt/.key in the PKI
+#   directory (certificate rotation tests; days=-1 makes it already expired).
+#
+# write_serviceaccount(directory, pki, token=None, namespace='kube-system') -> directory
+#   The files a pod's service account gets (token, ca.crt, namespace), as the kubelet
+#   mounts them at /var/run/secrets/kubernetes.io/serviceaccount; token defaults to the
+#   service account's entry of the token table (SERVICEACCOUNT_USER).
+#
 # write_kubeconfig(path, server, ca=None, client_cert=None, client_key=None,
 #                  token=None, token_file=None, embed=True, name='kgpu-test',
 #                  user='kgpu-cluster', insecure=False) -> path
@@ -47,9 +56,12 @@ DEFAULT_USERS = [
     ('kgpu-cluster', ['kgpu:cluster-daemons']),
     ('intruder', ['intruders']),
 ]
+SERVICEACCOUNT_USER = 'system:serviceaccount:kube-system:kgpu-clusterd'   # deploy/rbac.yaml
 DEFAULT_TOKENS = [
     ('kgpu-cluster-token-0123456789abcdef', 'kgpu-cluster', ['kgpu:cluster-daemons']),
     ('intruder-token-0123456789abcdef', 'intruder', ['intruders']),
+    ('kgpu-sa-token-0123456789abcdef', SERVICEACCOUNT_USER,
+     ['system:serviceaccounts', 'system:serviceaccounts:kube-system']),
 ]
 
 _OPENSSL_TIMEOUT = 30
@@ -126,7 +138,7 @@ def _result(d, users, tokens):
                             'key': os.path.join(d, name + '.key'),
                             'groups': list(groups)}
     for token, name, _groups in tokens:
-        r['token_files'][name] = os.path.join(d, name + '.token')
+        r['token_files'][name] = os.path.join(d, name.replace(':', '_') + '.token')
         r['token_values'][name] = token
     return r
 
@@ -171,11 +183,34 @@ def make_pki(directory, users=None, tokens=None):
         for i, (token, name, groups) in enumerate(tokens):
             w.writerow([token, name, 'uid-%d' % i, ','.join(groups)])
     for token, name, _groups in tokens:
-        p = os.path.join(d, name + '.token')
+        p = os.path.join(d, name.replace(':', '_') + '.token')
         with open(p, 'w') as f:
             f.write(token + '\n')
         os.chmod(p, 0o600)
     return _result(d, users, tokens)
+
+
+def make_client_cert(pki, name, user, groups=(), days=825):
+    d = pki['dir']
+    if '/' in name or name.startswith('.') or not name:
+        raise ValueError('bad certificate name %r' % name)
+    _leaf(name, _client_subject(user, list(groups)), _client_ext(), 'ca', d, days=str(days))
+    return os.path.join(d, name + '.crt'), os.path.join(d, name + '.key')
+
+
+def write_serviceaccount(directory, pki, token=None, namespace='kube-system'):
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    if token is None:
+        token = pki['token_values'][SERVICEACCOUNT_USER]
+    with open(pki['ca'], 'rb') as f:
+        ca = f.read()
+    for name, data in (('token', token.encode()), ('ca.crt', ca), ('namespace', namespace.encode())):
+        p = os.path.join(directory, name)
+        with open(p + '.tmp', 'wb') as f:
+            f.write(data)
+        os.chmod(p + '.tmp', 0o644)
+        os.replace(p + '.tmp', p)
+    return directory
 
 
 def _b64(path):

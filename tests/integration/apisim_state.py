@@ -13,13 +13,37 @@ import uuid
 
 from apisim_wire import CALL_TIMEOUT, CUT, Event, _key, _now, _on_loop
 
+GRACE_SECONDS = 0.5
+
 
 class SimState:
     # --------------------------------------------------------------- faults, public
     @_on_loop
-    def down(self):
-        """Stops listening and closes every connection."""
-        self._close_all()
+    def down(self, graceful=False):
+        """Stops listening and closes every connection. graceful=True: as a server that
+        shuts down, open watches end cleanly, HTTP/2 connections get GOAWAY (NO_ERROR),
+        and the connections close a moment later."""
+        if not graceful:
+            self._close_all()
+            return True
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for w in list(self.watchers):
+            w.cut_mode = 'end'
+            w.queue.put_nowait(CUT)
+        conns = list(self.conns)
+
+        async def close_later():
+            end = time.monotonic() + GRACE_SECONDS
+            while self.watchers and time.monotonic() < end:
+                await asyncio.sleep(0.02)       # the watches write their clean end first
+            for c in conns:
+                c.goaway()
+            await asyncio.sleep(GRACE_SECONDS)
+            for c in conns:
+                c.abort()
+        asyncio.ensure_future(close_later())
         return True
 
     def up(self):
@@ -62,7 +86,7 @@ class SimState:
 
     @_on_loop
     def add_fault(self, kind, resource='*', verb='*', count=None, **params):
-        if kind not in ('status', 'oversized', 'garbage', 'truncated', 'slow', 'hang'):
+        if kind not in ('status', 'oversized', 'garbage', 'truncated', 'slow', 'hang', 'error_event'):
             raise ValueError('unknown fault kind %r' % kind)
         if kind == 'garbage' and isinstance(params.get('body'), str):
             params['body'] = params['body'].encode()
@@ -70,6 +94,16 @@ class SimState:
         self.faults[self._fault_seq] = {'kind': kind, 'resource': resource, 'verb': verb,
                                         'count': count, 'params': params}
         return self._fault_seq
+
+    @_on_loop
+    def add_token(self, token, user, groups=()):
+        """Adds (or replaces) a bearer token of the token table."""
+        self.tokens[token] = (user, 'uid-' + user, list(groups))
+        return True
+
+    @_on_loop
+    def remove_token(self, token):
+        return self.tokens.pop(token, None) is not None
 
     @_on_loop
     def remove_fault(self, fid):

@@ -37,8 +37,12 @@ FIELD_ALIASES = {'pods': {'spec.host': 'spec.nodeName'}, 'nodes': {}}
 def _second_ip(o):
     ips = o.get('status', {}).get('podIPs') or []
     return (ips[1].get('ip', '') if len(ips) > 1 and isinstance(ips[1], dict) else '')
-DEFAULT_RBAC = [{'users': ['kgpu-cluster'], 'groups': ['system:serviceaccounts:kgpu'],
-                 'verbs': ['get', 'list', 'watch'], 'resources': ['nodes', 'pods']}]
+from apisim_pki import SERVICEACCOUNT_USER  # noqa: E402
+# deploy/rbac.yaml's ClusterRole, bound to the node-service user and the service account.
+DEFAULT_RBAC = [{'users': ['kgpu-cluster', SERVICEACCOUNT_USER], 'groups': [],
+                 'verbs': ['get', 'list', 'watch'], 'resources': ['nodes']},
+                {'users': ['kgpu-cluster', SERVICEACCOUNT_USER], 'groups': [],
+                 'verbs': ['list', 'watch'], 'resources': ['pods']}]
 MIN_REQUEST_TIMEOUT = 1800.0
 GZIP_THRESHOLD = 128 * 1024
 H1_BUFFER = 2048          # net/http bufferBeforeChunkingSize

@@ -31,7 +31,8 @@ import h2.config  # noqa: E402
 import h2.connection  # noqa: E402
 import h2.events  # noqa: E402
 
-from apiserver_sim import ApiServerSim, SimClient, make_pki, write_kubeconfig, DEFAULT_RBAC  # noqa: E402
+from apiserver_sim import (ApiServerSim, SimClient, make_pki, make_client_cert, write_kubeconfig,  # noqa: E402
+                           write_serviceaccount, rbac_from_manifests, DEFAULT_RBAC, SERVICEACCOUNT_USER)
 
 TMP = tempfile.mkdtemp(prefix='kgpu-apisim-')
 PKI = make_pki(os.path.join(TMP, 'pki'))
@@ -335,6 +336,73 @@ def t_authz(sim):
         sim.set_rbac(DEFAULT_RBAC)
 
 
+RBAC_YAML = '''
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: one-node}
+rules:
+  - apiGroups: [""]
+    resources: ["nodes"]
+    resourceNames: ["node-a"]
+    verbs: ["get", "list", "watch"]
+  - apiGroups: ["apps"]
+    resources: ["pods"]
+    verbs: ["list"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: one-node}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: one-node}
+subjects:
+  - {kind: User, name: intruder}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: team-pods, namespace: team}
+rules:
+  - apiGroups: [""]
+    resources: ["pods"]
+    verbs: ["list"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: team-pods, namespace: team}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: team-pods}
+subjects:
+  - {kind: Group, name: intruders}
+'''
+
+
+def t_rbac_manifests(sim):
+    # The default table is deploy/rbac.yaml's: no get of a pod.
+    cl = H1(sim)
+    st, _h, body = cl.get_json('/api/v1/namespaces/default/pods/p-gas')
+    check(st == 403 and body['message'] == 'pods "p-gas" is forbidden: User "kgpu-cluster" cannot get resource "pods" '
+          'in API group "" in the namespace "default"', body)
+    cl.close()
+    sim.set_rbac(rbac_from_manifests(RBAC_YAML))
+    try:
+        cl = H1(sim, cert=INTRUDER['cert'], key=INTRUDER['key'])
+        # resourceNames restrict a watch through its metadata.name field selector.
+        st, _h, body = cl.get_json('/api/v1/nodes?watch=1&timeoutSeconds=1&fieldSelector=metadata.name%3Dnode-b')
+        check(st == 403 and body['details'] == {'name': 'node-b', 'kind': 'nodes'}, body)
+        st, hs = cl.request('/api/v1/nodes?watch=1&timeoutSeconds=1&fieldSelector=metadata.name%3Dnode-a')
+        check(st == 200, 'resourceNames did not allow the named watch: %d' % st)
+        watch_lines_h1(cl, 1)
+        check(cl.chunk() == b'', 'watch end')
+        st, _h, body = cl.get_json('/api/v1/nodes')
+        check(st == 403, 'resourceNames allowed an unnamed list')
+        st, _h, body = cl.get_json('/api/v1/pods')
+        check(st == 403, 'a rule of group apps granted core pods')
+        st, _h, body = cl.get_json('/api/v1/namespaces/team/pods')
+        check(st == 200 and [i['metadata']['name'] for i in body['items']] == ['p-other'], body)
+        st, _h, body = cl.get_json('/api/v1/namespaces/default/pods')
+        check(st == 403 and body['message'].endswith('in the namespace "default"'), body)
+        cl.close()
+    finally:
+        sim.set_rbac(DEFAULT_RBAC)
+
+
 def t_list_get(sim):
     cl = H1(sim)
     st, hs, body = cl.get_json('/api/v1/nodes')
@@ -400,6 +468,29 @@ def t_watch_h1_framing_and_timeout(sim):
     st, _h, body = cl.get_json('/api/v1/nodes/node-a')
     check(st == 200, st)
     cl.close()
+    # A client that goes away ends its watch on the server (HTTP/1.1 and an HTTP/2 reset).
+    base = len(sim.watches('pods'))
+    cl = H1(sim)
+    cl.request('/api/v1/pods?watch=1&timeoutSeconds=60')
+    check(sim.wait_watches(base + 1, 'pods', 5), 'the watch did not open')
+    cl.close()
+    end = time.time() + 5
+    while time.time() < end and len(sim.watches('pods')) > base:
+        time.sleep(0.05)
+    check(len(sim.watches('pods')) == base, 'a closed HTTP/1.1 client still counts as a watch')
+    c2 = H2(sim)
+    sid = c2.start('/api/v1/pods?watch=1&timeoutSeconds=60')
+    c2.wait(sid, lambda s: s['headers'] is not None)
+    check(sim.wait_watches(base + 1, 'pods', 5), 'the h2 watch did not open')
+    c2.c.reset_stream(sid)
+    c2.s.sendall(c2.c.data_to_send())
+    end = time.time() + 5
+    while time.time() < end and len(sim.watches('pods')) > base:
+        time.sleep(0.05)
+    check(len(sim.watches('pods')) == base, 'a reset HTTP/2 stream still counts as a watch')
+    st, _h, _b = c2.get('/api/v1/nodes')
+    check(st == 200, 'the h2 connection is unusable after a stream reset')
+    c2.close()
 
 
 def t_watch_h2_selector(sim):
@@ -449,6 +540,18 @@ def t_bookmarks(sim):
         bm = ev[0]
         check(bm == {'type': 'BOOKMARK', 'object': {'kind': 'Pod', 'apiVersion': 'v1',
                                                     'metadata': {'resourceVersion': str(rv + 1)}}}, bm)
+        # The bookmark 2 s before the deadline, with the interval far away.
+        sim.set_bookmark_interval(60)
+        sid4 = cl.start('/api/v1/nodes?watch=1&allowWatchBookmarks=true&resourceVersion=%d&timeoutSeconds=3'
+                        % sim.resource_version())
+        t0 = time.time()
+        st4 = cl.wait(sid4, lambda s: len(events_of(s['data'])) >= 1, 5)
+        took = time.time() - t0
+        check(events_of(st4['data'])[0]['type'] == 'BOOKMARK' and 0.5 < took < 2.5,
+              'pre-timeout bookmark after %.1fs: %r' % (took, st4['data']))
+        cl.wait(sid4, lambda s: s['ended'], 5)
+        check(len(events_of(st4['data'])) == 1, 'more than the one pre-timeout bookmark')
+        sim.set_bookmark_interval(0.3)
         # Without allowWatchBookmarks: none.
         sid2 = cl.start('/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=1' % (rv + 1))
         st2 = cl.wait(sid2, lambda s: s['ended'], 5)
@@ -556,6 +659,28 @@ def t_faults(sim):
     c = cl.chunk()
     check(c.startswith(b'\x00'), 'no garbage line first: %r' % c[:40])
     cl.close()
+    # Watch faults after K events: garbage line, oversized event, ERROR event.
+    for kind, params, check_fn in (
+            ('garbage', {'body': 'not json'}, lambda evs, raw: raw.split(b'\n')[1] == b'not json'),
+            ('oversized', {'size': 200000}, lambda evs, raw: len(raw.split(b'\n')[1]) > 200000
+             and json.loads(raw.split(b'\n')[1])['type'] == 'ADDED'),
+            ('error_event', {}, lambda evs, raw: raw.split(b'\n')[1].startswith(b'{"type":"ERROR"')
+             and json.loads(raw.split(b'\n')[1])['object']['code'] == 410)):
+        sim.add_fault(kind, resource='nodes', verb='watch', count=1, after=1, **params)
+        c2 = H2(sim)
+        sid = c2.start('/api/v1/nodes?watch=1&timeoutSeconds=1')
+        st = c2.wait(sid, lambda s: s['ended'] or s['closed'], 8)
+        check(check_fn(None, st['data']), '%s after 1 event: %r' % (kind, st['data'][:300]))
+        c2.close()
+    # The token table changes live.
+    sim.add_token('rotated-token', 'kgpu-cluster', ['kgpu:cluster-daemons'])
+    c2 = H1(sim, cert=None, key=None)
+    st, _h, _b = c2.get_json('/api/v1/nodes', {'Authorization': 'Bearer rotated-token'})
+    check(st == 200, 'an added token was refused')
+    sim.remove_token('rotated-token')
+    st, _h, _b = c2.get_json('/api/v1/nodes', {'Authorization': 'Bearer rotated-token'})
+    check(st == 401, 'a removed token still works')
+    c2.close()
     # Slow headers, measured.
     sim.slow(headers=0.8)
     try:
@@ -629,6 +754,17 @@ def t_cuts(sim):
     check(st['reset'] == 2, 'RST_STREAM code %r' % st['reset'])     # INTERNAL_ERROR
     status, _h, _b = cl.get('/api/v1/nodes')
     check(status == 200, 'connection unusable after a stream reset')
+    # HTTP/2 mid-event: half an event in DATA, then the connection closes.
+    c2 = H2(sim)
+    sid2 = c2.start('/api/v1/nodes?watch=1&timeoutSeconds=30')
+    n0 = len(c2.wait(sid2, lambda s: len(events_of(s['data'])) >= 2)['data'])
+    check(sim.wait_watches(1, 'nodes', 5), 'h2 watch not open')
+    sim.cut_watches('mid-event')
+    sim.set_node_label('node-a', 'cut', 'h2')
+    st = c2.wait(sid2, lambda s: s['closed'])
+    tail = st['data'][n0:]
+    check(tail and not tail.endswith(b'\n') and not st['ended'], 'h2 mid-event cut: %r' % tail[-40:])
+    c2.close()
     # HTTP/2 clean end.
     sid = cl.start('/api/v1/nodes?watch=1&timeoutSeconds=30')
     cl.wait(sid, lambda s: len(events_of(s['data'])) >= 2)
@@ -651,6 +787,24 @@ def t_down_up(sim):
         pass
     sim.up()
     check(sim.wait_up(5), 'not up again')
+    # Graceful: the watch ends cleanly (END_STREAM), then GOAWAY and the close.
+    cl = H2(sim)
+    sid = cl.start('/api/v1/nodes?watch=1&timeoutSeconds=30')
+    cl.wait(sid, lambda s: len(events_of(s['data'])) >= 2)
+    check(sim.wait_watches(1, 'nodes', 5), 'watch not open')
+    goaway = []
+    orig = cl.c.receive_data
+
+    def spy(d):
+        evs = orig(d)
+        goaway.extend(e for e in evs if isinstance(e, h2.events.ConnectionTerminated))
+        return evs
+    cl.c.receive_data = spy
+    sim.down(graceful=True)
+    st = cl.wait(sid, lambda s: s['ended'] and s['closed'], 5)
+    check(goaway and goaway[0].error_code == 0, 'no GOAWAY NO_ERROR: %r' % goaway)
+    sim.up()
+    check(sim.wait_up(5), 'not up again after a graceful down')
     cl = H1(sim)
     st, _h, body = cl.get_json('/api/v1/nodes')
     check(st == 200 and len(body['items']) == 2, 'state lost over down/up')
@@ -703,6 +857,24 @@ def t_framing_and_paging(sim):
     # spec.host is the old name of spec.nodeName.
     st, _h, body = cl.get_json('/api/v1/pods?fieldSelector=spec.host%3Dnode-b')
     check([i['metadata']['name'] for i in body['items']] == ['p-other'], body)
+    # Accept: JSON (or anything) answered, others 406.
+    st, _h, body = cl.get_json('/api/v1/nodes', {'Accept': 'application/vnd.kubernetes.protobuf'})
+    check(st == 406 and body['reason'] == 'NotAcceptable' and body['message'].startswith(
+        'only the following media types are accepted: application/json'), body)
+    st, _h, body = cl.get_json('/api/v1/nodes', {'Accept': 'application/vnd.kubernetes.protobuf, application/json'})
+    check(st == 200, 'a JSON alternative refused')
+    # The deprecated watch paths.
+    st, hs = cl.request('/api/v1/watch/nodes/node-b?timeoutSeconds=1')
+    ev = watch_lines_h1(cl, 1)
+    check(st == 200 and [e['object']['metadata']['name'] for e in ev] == ['node-b'], ev)
+    check(cl.chunk() == b'', 'legacy watch end')
+    check(sim.requests()[-1]['verb'] == 'watch', sim.requests()[-1])
+    st, _h, body = cl.get_json('/api/v1/watch/nodes/node-b?fieldSelector=metadata.name%3Dnode-a')
+    check(st == 400 and body['message'] == "fieldSelector metadata.name doesn't match requested name", body)
+    st, hs = cl.request('/api/v1/watch/namespaces/team/pods?timeoutSeconds=1')
+    ev = watch_lines_h1(cl, 1)
+    check([e['object']['metadata']['name'] for e in ev] == ['p-other'], ev)
+    check(cl.chunk() == b'', 'legacy namespaced watch end')
     # Watch options as validateWatchOptions checks them.
     st, _h, body = cl.get_json('/api/v1/nodes?watch=1&resourceVersionMatch=NotOlderThan')
     check(st == 422 and body['message'] == 'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: '
@@ -757,9 +929,23 @@ def t_process_mode(_sim):
     os.makedirs(d)
     state = os.path.join(d, 'state.json')
     with open(state, 'w') as f:
-        json.dump({'nodes': [{'name': 'pn', 'labels': {'a': 'b'}}],
+        json.dump({'rbac_manifests': ['rbac.yaml'], 'tokens': [{'token': 'proc-token', 'user': 'intruder'}],
+                   'nodes': [{'name': 'pn', 'labels': {'a': 'b'}}],
                    'pods': [{'namespace': 'default', 'name': 'pp', 'node_name': 'pn',
                              'annotations': {'gas-ts': '1'}}]}, f)
+    with open(os.path.join(d, 'rbac.yaml'), 'w') as f:
+        f.write(RBAC_YAML.replace('node-a', 'pn') + '''---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: daemon}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: daemon}
+subjects: [{kind: User, name: kgpu-cluster}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: daemon}
+rules: [{apiGroups: [""], resources: ["nodes", "pods"], verbs: ["get", "list", "watch"]}]
+''')
     sock = os.path.join(d, 'control.sock')
     p = subprocess.Popen([sys.executable, os.path.join(_HERE, 'apiserver_sim.py'), '--port', '0',
                           '--pki', PKI['dir'], '--state', state, '--control', sock],
@@ -781,6 +967,13 @@ def t_process_mode(_sim):
         check(json.loads(data)['metadata']['labels']['nvidia.com/device-plugin.config'] == 'x', data)
         cl.close()
         check(c.requests()[-1]['path'] == '/api/v1/nodes/pn', 'requests over the control socket')
+        # The state file's manifests and token: intruder may get node pn only.
+        c3 = H1(P, cert=None, key=None)
+        st, _h, _b = c3.get_json('/api/v1/nodes/pn', {'Authorization': 'Bearer proc-token'})
+        check(st == 200, 'manifest rule not loaded')
+        st, _h, _b = c3.get_json('/api/v1/nodes', {'Authorization': 'Bearer proc-token'})
+        check(st == 403, 'manifest rule too wide')
+        c3.close()
         try:
             c.call('no_such_op')
             raise AssertionError('unknown op accepted')
@@ -798,14 +991,25 @@ def t_process_mode(_sim):
 
 def t_kubeconfig(sim):
     import yaml
-    kc = write_kubeconfig(os.path.join(TMP, 'kc-embed'), sim.url, ca=PKI['ca'], client_cert=USER['cert'],
-                          client_key=USER['key'])
+    kc = sim.kubeconfig(os.path.join(TMP, 'kc-embed'))
     y = yaml.safe_load(open(kc))
     check(y['kind'] == 'Config' and y['current-context'] == 'kgpu-test', y)
     import base64
     check(base64.b64decode(y['clusters'][0]['cluster']['certificate-authority-data']) == open(PKI['ca'], 'rb').read(), y)
     check(y['clusters'][0]['cluster']['server'] == sim.url, y)
     check(os.stat(kc).st_mode & 0o777 == 0o600, 'kubeconfig not 0600')
+    # A rotated client certificate and the service account files.
+    cert, key = make_client_cert(PKI, 'kgpu-cluster-2', 'kgpu-cluster', ['kgpu:cluster-daemons'])
+    cl = H1(sim, cert=cert, key=key)
+    st, _h, _b = cl.get_json('/api/v1/nodes')
+    check(st == 200, 'a new certificate of the CA refused')
+    cl.close()
+    sa = write_serviceaccount(os.path.join(TMP, 'sa'), PKI)
+    check(open(os.path.join(sa, 'namespace')).read() == 'kube-system', 'namespace file')
+    cl = H1(sim, cert=None, key=None)
+    st, _h, body = cl.get_json('/api/v1/nodes', {'Authorization': 'Bearer ' + open(os.path.join(sa, 'token')).read()})
+    check(st == 200 and sim.requests()[-1]['user'] == SERVICEACCOUNT_USER, body)
+    cl.close()
     kc = write_kubeconfig(os.path.join(TMP, 'kc-paths'), sim.url, ca=PKI['ca'],
                           token_file=PKI['token_files']['kgpu-cluster'], embed=False)
     y = yaml.safe_load(open(kc))
@@ -824,7 +1028,7 @@ def seed(sim):
     sim.add_pod('team', 'p-other', 'node-b')
 
 
-CHECKS = [t_alpn_and_tls, t_authn, t_authz, t_list_get, t_field_selectors, t_watch_h1_framing_and_timeout,
+CHECKS = [t_alpn_and_tls, t_authn, t_authz, t_rbac_manifests, t_list_get, t_field_selectors, t_watch_h1_framing_and_timeout,
           t_watch_h2_selector, t_bookmarks, t_faults, t_cuts, t_gzip, t_down_up, t_compaction, t_framing_and_paging,
           t_process_mode, t_kubeconfig]
 
