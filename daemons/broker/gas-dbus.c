@@ -210,39 +210,93 @@ static const Gpu *card_gpu(const Manager *m, const char *resource, const char *c
         return NULL;
 }
 
-typedef struct ServedCtx {
+/* The holders of one resource's recorded allocations, as the kubelet's PodResources
+ * reported them (the Intel plugin's rule; this is what survives a broker restart), built
+ * once per Allocate or GetPreferredAllocation and sorted, so that each candidate pod costs a
+ * binary search instead of a pass over every allocation. */
+typedef struct Holder {
+        char *pod_namespace, *pod_name, *container_name;
+} Holder;
+
+typedef struct ServedIndex {
         Manager *m;
-        const char *pod_namespace, *pod_name, *resource;
-        char **containers;              /* distinct container names seen */
-} ServedCtx;
+        const char *resource;
+        bool built;
+        Holder *h;
+        size_t n;
+} ServedIndex;
+
+static void served_index_done(ServedIndex *x) {
+        for (size_t i = 0; i < x->n; i++) {
+                free(x->h[i].pod_namespace);
+                free(x->h[i].pod_name);
+                free(x->h[i].container_name);
+        }
+        free(x->h);
+}
+
+static int holder_cmp(const void *a, const void *b) {
+        const Holder *x = a, *y = b;
+        int c = strcmp(x->pod_namespace, y->pod_namespace);
+
+        if (c == 0)
+                c = strcmp(x->pod_name, y->pod_name);
+        return c != 0 ? c : strcmp(x->container_name, y->container_name);
+}
 
 static int served_cb(uint64_t id, const char *resource, char * const *device_ids, uint64_t created_usec,
                      const char *boot_id, bool seen, void *userdata) {
-        _cleanup_(store_holder_done) StoreHolder h = {};
-        ServedCtx *c = userdata;
+        ServedIndex *x = userdata;
+        StoreHolder h = {};
         uint64_t seen_usec;
+        Holder *grown;
 
-        if (!seen || !streq(resource, c->resource))
+        if (!seen || !streq(resource, x->resource) || store_get_holder(x->m->store, id, &h, &seen_usec) < 0)
                 return 0;
-        if (store_get_holder(c->m->store, id, &h, &seen_usec) < 0)
+        if (!h.pod_namespace || !h.pod_name || !h.container_name) {
+                store_holder_done(&h);
                 return 0;
-        if (streq_ptr(h.pod_namespace, c->pod_namespace) && streq_ptr(h.pod_name, c->pod_name) &&
-            !strv_contains(c->containers, h.container_name ?: ""))
-                return strv_extend(&c->containers, h.container_name ?: "");
+        }
+        grown = reallocarray(x->h, x->n + 1, sizeof(Holder));
+        if (!grown) {
+                store_holder_done(&h);
+                return -ENOMEM;
+        }
+        x->h = grown;
+        x->h[x->n++] = (Holder) { h.pod_namespace, h.pod_name, h.container_name };
         return 0;
 }
 
-/* The containers of p holding resource as the kubelet's PodResources reported them (the
- * Intel plugin's rule; this is what survives a broker restart). */
+/* How many containers of p hold the resource (distinct container names). */
 static size_t served(const GasPod *p, const char *resource, void *userdata) {
-        ServedCtx c = { .m = userdata, .pod_namespace = p->namespace, .pod_name = p->name, .resource = resource };
-        size_t n;
+        ServedIndex *x = userdata;
+        size_t lo = 0, hi, n = 0;
 
-        if (!c.m->store)
-                return 0;
-        (void) store_foreach_allocation(c.m->store, 0, served_cb, &c);
-        n = strv_length(c.containers);
-        strv_free(c.containers);
+        if (!x->built) {
+                x->built = true;
+                /* Out of memory midway: what was read counts (never more than is true). */
+                if (x->m->store)
+                        (void) store_foreach_allocation(x->m->store, 0, served_cb, x);
+                if (x->n > 1)
+                        qsort(x->h, x->n, sizeof(Holder), holder_cmp);
+        }
+        /* First holder of (namespace, name). */
+        hi = x->n;
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                int c = strcmp(x->h[mid].pod_namespace, p->namespace);
+
+                if (c == 0)
+                        c = strcmp(x->h[mid].pod_name, p->name);
+                if (c < 0)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        for (size_t i = lo; i < x->n && streq(x->h[i].pod_namespace, p->namespace) &&
+                            streq(x->h[i].pod_name, p->name); i++)
+                if (i == lo || !streq(x->h[i].container_name, x->h[i - 1].container_name))
+                        n++;
         return n;
 }
 
@@ -257,6 +311,7 @@ static int no_pod(sd_bus_error *error, const char *resource, size_t count, bool 
 
 int gas_allocate_choose(Manager *m, const char *resource, char ** const *lists, size_t n, GasChoice *ret,
                         sd_bus_error *error) {
+        _cleanup_(served_index_done) ServedIndex idx = { .m = m, .resource = resource };
         _cleanup_free_ const Gpu **want = NULL;
         _cleanup_free_ Device *owned = NULL;
         const GasPod *p;
@@ -270,7 +325,7 @@ int gas_allocate_choose(Manager *m, const char *resource, char ** const *lists, 
                                          "resource manager: one container request per Allocate (the kubelet's way), "
                                          "got %zu", n);
         count = strv_length(lists[0]);
-        r = gas_pick(m->gas_pods, resource, count, served, m, &p, &container);
+        r = gas_pick(m->gas_pods, resource, count, served, &idx, &p, &container);
         if (r < 0)
                 return no_pod(error, resource, count, m->gas_pods != NULL);
 
@@ -332,16 +387,20 @@ int gas_allocate_choose(Manager *m, const char *resource, char ** const *lists, 
 }
 
 void gas_allocate_done(Manager *m, const GasChoice *c) {
+        _cleanup_free_ char *cards = NULL;
+
         if (!c->pod)
                 return;
-        gas_consume(m->gas_pods, c->pod, c->container);
+        cards = strv_join(c->pod->cards[c->container], ",");
         log_info("Resource manager: container %zu of pod %s/%s (%s %s) got %s%s%s.", c->container,
-                 c->pod->namespace, c->pod->name, GAS_TS_ANNOTATION, c->pod->ts,
-                 c->pod->cards[c->container][0], c->mask ? ", " GAS_AFFINITY_ENV "=" : "", c->mask ?: "");
+                 c->pod->namespace, c->pod->name, GAS_TS_ANNOTATION, c->pod->ts, cards ?: "its cards",
+                 c->mask ? ", " GAS_AFFINITY_ENV "=" : "", c->mask ?: "");
+        gas_consume(m->gas_pods, c->pod, c->container);
 }
 
 int gas_preferred(Manager *m, const char *resource, char * const *available, char * const *must,
                   int32_t size, char ***ret) {
+        _cleanup_(served_index_done) ServedIndex idx = { .m = m, .resource = resource };
         _cleanup_strv_free_ char **result = NULL;
         _cleanup_free_ Device *owned = NULL;
         const GasPod *p;
@@ -352,7 +411,7 @@ int gas_preferred(Manager *m, const char *resource, char * const *available, cha
         result = calloc(1, sizeof(char *));
         if (!result)
                 return -ENOMEM;
-        if (size <= 0 || gas_pick(m->gas_pods, resource, (size_t) size, served, m, &p, &container) < 0) {
+        if (size <= 0 || gas_pick(m->gas_pods, resource, (size_t) size, served, &idx, &p, &container) < 0) {
                 *ret = TAKE_PTR(result);
                 return 0;
         }

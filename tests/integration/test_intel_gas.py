@@ -17,11 +17,15 @@
 #    container card0 with ZE_AFFINITY_MASK=0.1, its second (2 devices) card0 and card1 and
 #    no mask; GetPreferredAllocation names a share of exactly those cards;
 #  - a pod without GAS annotations, and a request size no pending container has, are
-#    refused with the reason.
+#    refused with the reason;
+#  - across a broker restart (the pods sent again, as kgpu-clusterd does), containers the
+#    kubelet's PodResources reported are not served twice: pod a is done, b's next
+#    container is its second one.
 
 import os
 import pwd
 import subprocess
+import time
 
 import dbus
 import grpc
@@ -99,11 +103,15 @@ def admit(dm, name, size, cards, mask):
     check(sorted(intel_devmgr.gpu_of(i) for i in ids) == sorted(CARD[c][0] for c in cards),
           '%s: preferred/allocated %r, GAS chose %r' % (name, ids, cards))
     check_answer(name, answer, cards, mask)
+    return ids
 
 
 def run(node):
     dm = intel_devmgr.DeviceManager(node)
     check(len(dm.all_ids) == 4, 'ids %r' % dm.all_ids)
+    log = node.daemons['broker'].log_text()
+    check('not supported' not in log and 'intel.resourceManager (-resource-manager): Allocate of' in log,
+          'the broker does not say resource manager mode is on')
 
     # Nothing from kgpu-clusterd yet.
     expect_refused(dm, [dm.free[0]], ['resource manager: no pending pod on this node has GAS annotations '
@@ -124,8 +132,13 @@ def run(node):
     bad_count = [pod('uid-y', 'y', '1', 'card0', '', [1])]
     bad_count[0][6] = [{RES_I915: -1}]
     too_many = [pod('uid-%d' % i, 'p%d' % i, '1', 'card0', '', [1]) for i in range(4097)]
+    many_containers = [pod('uid-z', 'z', '1', 'card0', '', [1] * 65)]
+    many_limits = [pod('uid-l', 'l', '1', 'card0', '', [1])]
+    many_limits[0][6] = [{'gpu.intel.com/r%d' % i: 1 for i in range(65)}]
+    long_name = [pod('uid-n', 'n' * 5000, '1', 'card0', '', [1])]
     for user, pods, word in (('root', bad_cards, 'gas-container-cards'), (CLUSTER_USER, bad_count, 'limit'),
-                             ('root', too_many, '4096')):
+                             ('root', too_many, '4096'), ('root', many_containers, '64 containers'),
+                             ('root', many_limits, '64 limits'), ('root', long_name, '4096 bytes')):
         r = set_gas_pods(node, user, pods)
         check(r[0] == 'error' and r[1] == 'io.kgpu.Error.InvalidArgs' and word in r[2],
               'malformed (%s) as %s: %r' % (word, user, r[:2]))
@@ -134,13 +147,28 @@ def run(node):
     expect_refused(dm, dm.free[:3], ['requesting 3 gpu.intel.com/i915'])
 
     # The oldest pod first, each container its own cards and tiles.
-    admit(dm, 'a', 1, ['card1'], '0.0,0.1')
-    admit(dm, 'b-0', 1, ['card0'], '0.1')
+    ids_a = admit(dm, 'a', 1, ['card1'], '0.0,0.1')
+    ids_b0 = admit(dm, 'b-0', 1, ['card0'], '0.1')
+
+    # The kubelet's PodResources shows both containers (pod and container names as GAS's
+    # pods have them); the broker restarts and kgpu-clusterd sends the pods again (it does
+    # on every new owner of io.kgpu.Broker1). The containers served before the restart
+    # are not served again: one device fits no pod now, b's next container is its second.
+    node.kubelet.set_pods([('a', 'default', [('main', [(RES_I915, ids_a)])]),
+                           ('b', 'default', [('c0', [(RES_I915, ids_b0)])])])
+    time.sleep(3)   # reconciliation every second records the holders
+    node.restart_broker()
+    r = set_gas_pods(node, CLUSTER_USER, PODS)
+    check(r[0] == 'ok', 'SetGasPods after the restart: %r' % (r,))
+    expect_refused(dm, [i for i in dm.free if intel_devmgr.gpu_of(i) == CARD['card1'][0]][:1],
+                   ['no pending pod on this node has GAS annotations for a container requesting 1'])
     admit(dm, 'b-2', 2, ['card0', 'card1'], None)
 
     # Every annotated container is served; "d" has no cards: refused with the reason.
     expect_refused(dm, [dm.all_ids[0]], ['no pending pod on this node has GAS annotations for a container '
                                          'requesting 1 gpu.intel.com/i915; is kgpu-clusterd running?'])
+    pref = dm.cl.get_preferred_allocation(list(dm.all_ids), [], 1)
+    check(pref == [], 'GetPreferredAllocation with no pod that fits: %r, expected no preference' % (pref,))
     allocs = node.list_allocations()
     check(len(allocs) == 3, 'allocations %r' % (allocs,))
 
@@ -164,6 +192,7 @@ def main():
         tmp, 'kgpu-intel-gas-%d.umockdev' % os.getpid()))
     try:
         harness.run_test(run, need_root=True, layout=layout, resources=[RES_I915], bus_policy=OUTSIDER_POLICY,
+                         extra_env={'KGPU_RECONCILE_INTERVAL_SEC': '1', 'KGPU_RECONCILE_GRACE_SEC': '60'},
                          config_extra='intel:\n  sharedDevNum: 2\n  resourceManager: true\n')
     finally:
         os.unlink(layout)
