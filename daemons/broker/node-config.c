@@ -27,6 +27,8 @@ void node_config_done(NodeConfig *n) {
         n->in_force = mfree(n->in_force);
         n->requested = mfree(n->requested);
         n->error = mfree(n->error);
+        for (size_t i = 0; i < ELEMENTSOF(n->emitted); i++)
+                n->emitted[i] = mfree(n->emitted[i]);
 }
 
 void node_config_set_user(Manager *m, const Config *c) {
@@ -57,13 +59,25 @@ static const char *resolve(const Config *base, const char *requested) {
         return base->nvidia_configs_default ?: "";
 }
 
+/* PropertiesChanged for those of the three that differ from what was last announced. */
 static void emit_changed(Manager *m) {
+        static const char * const names[] = { "NodeConfig", "NodeConfigRequested", "NodeConfigError" };
+        const char *now[] = { m->node_config.in_force, m->node_config.requested, m->node_config.error };
+        char *changed[ELEMENTSOF(names) + 1] = {};
+        size_t n = 0;
         int r;
 
-        if (!m->bus)
+        for (size_t i = 0; i < ELEMENTSOF(names); i++)
+                if (!streq(now[i] ?: "", m->node_config.emitted[i] ?: "")) {
+                        if (free_and_strdup(&m->node_config.emitted[i], now[i]) < 0) {
+                                log_oom();
+                                continue;       /* announced again next time */
+                        }
+                        changed[n++] = (char *) names[i];
+                }
+        if (n == 0 || !m->bus)
                 return;
-        r = sd_bus_emit_properties_changed(m->bus, KGPU_BROKER_PATH, KGPU_BROKER_INTERFACE, "NodeConfig",
-                                           "NodeConfigRequested", "NodeConfigError", NULL);
+        r = sd_bus_emit_properties_changed_strv(m->bus, KGPU_BROKER_PATH, KGPU_BROKER_INTERFACE, changed);
         if (r < 0)
                 log_debug_errno(r, "Failed to emit PropertiesChanged for the node config: %m");
 }
@@ -101,6 +115,14 @@ void node_config_commit(Manager *m, const char *name, const char *note) {
         emit_changed(m);
 }
 
+/* The state file said something that is not in force now: it says "" from now on, as
+ * NodeConfig does (the reason stays in NodeConfigError). */
+static int restore_refused(Manager *m, const char *why) {
+        set_error(m, why);
+        persist(m, "");
+        return 0;
+}
+
 int node_config_restore(Manager *m) {
         _cleanup_(config_freep) Config *c = NULL;
         _cleanup_(resources_freep) Resources *res = NULL;
@@ -121,8 +143,7 @@ int node_config_restore(Manager *m) {
                 log_warning_errno(r, "Cannot read %s, using kgpu.yaml's own NVIDIA settings: %m", path);
                 if (asprintf(&why, "%s: %s", path, strerror(-r)) < 0)
                         return log_oom();
-                set_error(m, why);
-                return 0;
+                return restore_refused(m, why);
         }
         if (isempty(name))
                 return 0;
@@ -130,8 +151,7 @@ int node_config_restore(Manager *m) {
                 log_warning("%s holds no valid config name, ignored; using kgpu.yaml's own NVIDIA settings.", path);
                 if (asprintf(&why, "%s: not a valid config name", path) < 0)
                         return log_oom();
-                set_error(m, why);
-                return 0;
+                return restore_refused(m, why);
         }
         r = load_named(m, m->config, name, &c, &error);
         if (r >= 0) {
@@ -147,8 +167,7 @@ int node_config_restore(Manager *m) {
                 if (asprintf(&why, "named config '%s' in force before the restart: %s", name,
                              error ?: strerror(-r)) < 0)
                         return log_oom();
-                set_error(m, why);
-                return 0;
+                return restore_refused(m, why);
         }
         resources_free(m->resources);
         m->resources = TAKE_PTR(res);

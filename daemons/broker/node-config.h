@@ -21,8 +21,8 @@
  * - The name in force is kept in <stateDirectory>/nvidia-config (one line, written
  *   atomically, mode 0600) and put back in force at start (node_config_restore()): a
  *   file that cannot be read or holds anything but a valid name, or a named config that
- *   is gone or refused now, is logged at warning, kgpu.yaml's own settings are used and
- *   NodeConfigError says why. Until SetNodeConfig is called, NodeConfigRequested is "".
+ *   is gone or refused now, is logged at warning, kgpu.yaml's own settings are used,
+ *   NodeConfigError says why and the file is rewritten empty (it follows NodeConfig). Until SetNodeConfig is called, NodeConfigRequested is "".
  * - A reload (SIGHUP, Broker1.Reload) re-reads kgpu.yaml and re-resolves the last
  *   request (a new default, a file that has appeared); when that cannot be loaded the
  *   name in force is re-read instead (NodeConfigError says why the request is not in
@@ -44,6 +44,7 @@ typedef struct NodeConfig {
         char *requested;        /* NULL: SetNodeConfig not called since start */
         char *error;            /* NULL: none */
         uid_t cluster_uid;      /* (uid_t) -1: Config.cluster_user does not exist */
+        char *emitted[3];       /* the three as last announced (NULL: ""), for PropertiesChanged */
 } NodeConfig;
 
 void node_config_done(NodeConfig *n);

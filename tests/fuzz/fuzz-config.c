@@ -5,7 +5,10 @@
  * Contract: the input is the file text. The environment is cleared once, so only the
  * input decides. Either a Config comes back and no error text, or an error code and a
  * non-empty error text naming the file, and path options are absolute or unset;
- * anything else, a crash, a leak or a sanitizer report is a bug.
+ * anything else, a crash, a leak or a sanitizer report is a bug. The same text is also
+ * read as a named NVIDIA config over an empty kgpu.yaml (config_load_with_overlay(),
+ * common/config-overlay.h): the same rules, and no kgpu key (logLevel, stateDirectory,
+ * intel.*, cluster.*, nvidiaConfigs.*) ever changes from its default.
  */
 
 #include <stdint.h>
@@ -14,6 +17,7 @@
 #include <syslog.h>
 
 #include "common/config.h"
+#include "common/config-internal.h"
 #include "common/log.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -49,6 +53,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                     (c->device_plugin_path && c->device_plugin_path[0] != '/'))
                         abort();
         }
+        free(error);
+        config_free(c);
+        c = NULL;
+        error = NULL;
+
+        r = config_load_with_overlay("", NULL, 0, (const char *) data, size, "named.yaml", &c, &error);
+        if (r < 0) {
+                if (c)
+                        abort();
+                if (error && strncmp(error, "named.yaml", 10) != 0)
+                        abort();
+        } else if (!c || !c->log_level || strcmp(c->log_level, "info") != 0 || c->intel_shared_dev_num != 1 ||
+                   !c->state_directory || strcmp(c->state_directory, KGPU_LOCALSTATEDIR "/lib/kgpu") != 0 ||
+                   !c->cluster_user || strcmp(c->cluster_user, "kgpu-cluster") != 0 ||
+                   c->nvidia_configs_default || !c->intel_enabled || !c->nvidia_enabled)
+                abort();        /* a named config changed one of kgpu's own keys */
         free(error);
         config_free(c);
         return 0;

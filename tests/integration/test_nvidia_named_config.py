@@ -23,14 +23,17 @@
 #   NodeConfigRequested "";
 # - "nope": io.kgpu.Error.UnknownConfig naming it, nothing changes, NodeConfigError says
 #   why, and so does `kgpuctl status` (text and --json); "bad": io.kgpu.Error.InvalidConfig naming bad.yaml:LINE: logLevel; a name with a
-#   '/' : io.kgpu.Error.InvalidArgs; the devices stay those of ts4;
+#   '/' : io.kgpu.Error.InvalidArgs, one of 300 bytes too and not even recorded; the
+#   devices stay those of ts4;
 # - SIGHUP re-reads the named file in force (ts4.yaml edited to 3 replicas);
 # - a sender that is neither root nor kgpu-cluster is refused: kgpu (the bus policy lets
 #   it send to the broker) by the broker itself (io.kgpu.Error.AccessDenied), nobody by the
 #   bus policy;
 # - a broker restart keeps "ts4" in force (the state file) and the kubelet sees its
 #   replicas; a state file with hostile content is ignored with kgpu.yaml's own settings
-#   and the reason in NodeConfigError, the broker serving on.
+#   and the reason in NodeConfigError, the broker serving on;
+# - a default that names no file: "" is refused with io.kgpu.Error.UnknownConfig naming
+#   nvidiaConfigs.default, the config in force stays.
 
 import json
 import os
@@ -195,6 +198,9 @@ def switch(node):
     check(props(node)['NodeConfig'] == 'ts4', 'properties after bad: %r' % props(node))
     r = set_config(node, '../etc/passwd')
     check(r[0] == 'error' and r[1] == 'io.kgpu.Error.InvalidArgs', 'SetNodeConfig(../etc/passwd): %r' % (r,))
+    r = set_config(node, 'x' * 300)
+    check(r[0] == 'error' and r[1] == 'io.kgpu.Error.InvalidArgs' and props(node)['NodeConfigRequested'] == '../etc/passwd',
+          'SetNodeConfig(300 bytes): %r %r' % (r, props(node)))
     check(sorted(d['id'] for d in stream.devices()) == replicas(4), 'devices changed: %r' % stream.devices())
 
     # Senders other than root and kgpu-cluster.
@@ -241,8 +247,19 @@ def switch(node):
         check([d[0] for d in devs] == [L40S], 'devices after a hostile state file: %r' % devs)
         if content.startswith('..'):
             wait_list(node, [L40S], t)  # the kubelet too (the first time: ts4 before)
+        with open(path) as f:
+            check(f.read() == '\n', 'the state file does not follow NodeConfig ""')
         node.daemons['broker'].stop()
     node.restart_broker()
+
+    # A default that names no file: refused like an unknown name (no fallback, as upstream).
+    node.write_config_extra(yaml_config('none') + 'nvidiaConfigs:\n  directory: %s\n  default: missing\n'
+                            % NODE_LABEL_CONFIGS)
+    r = set_config(node, '')
+    check(r[0] == 'error' and r[1] == 'io.kgpu.Error.UnknownConfig' and 'nvidiaConfigs.default' in r[2] and
+          "'missing'" in r[2], 'SetNodeConfig("") with a missing default: %r' % (r,))
+    p = props(node)
+    check(p['NodeConfig'] == '' and 'nvidiaConfigs.default' in p['NodeConfigError'], 'properties: %r' % p)
 
 
 def main():
