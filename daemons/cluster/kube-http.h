@@ -69,8 +69,9 @@ int kube_http_new(sd_event *event, KubeHttp **ret);
 KubeHttp *kube_http_free(KubeHttp *h);
 DEFINE_CLEANUP_FUNC(KubeHttp, kube_http_free);
 
-/* The credentials for the requests started from now on (borrowed: they must outlive
- * those requests; change them only with no request running). */
+/* The credentials for the requests started from now on (borrowed until the next call;
+ * a running request holds copies of everything it took from them, since libcurl copies
+ * its string and blob options, so they may be replaced and freed at any time). */
 void kube_http_set_creds(KubeHttp *h, const KubeCreds *c);
 int kube_http_start(KubeHttp *h, const KubeRequestParams *p, KubeRequest **ret);
 /* Ends a request without calling on_done; not from inside its own on_data. NULL ok. */

@@ -167,9 +167,6 @@ static void manager_refresh_creds(Manager *m) {
 
         if (!m->creds || m->creds->in_cluster || !kube_creds_changed(m->creds))
                 return;
-        /* Only between requests: kube-http borrows the credentials. */
-        if (m->node.request || m->pods.request)
-                return;
         r = kubeconfig_load(m->creds->source, &c, &error);
         if (r < 0) {
                 log_error("Changed kubeconfig refused, keeping the one loaded before: %s", error ?: strerror(-r));
