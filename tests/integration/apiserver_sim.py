@@ -3,12 +3,14 @@
 # apiserver_sim.py — an independent Kubernetes API server simulator for kgpu-clusterd's
 # tests: HTTPS (TLS 1.2+, the test PKI of apisim_pki.py), ALPN h2 + http/1.1 (HTTP/2
 # through python3-h2, HTTP/1.1 by hand), nodes and pods, list and watch as
-# kube-apiserver answers them on the wire. Standard library + python3-h2 only; nothing
-# from kgpu. It runs in-process (an asyncio loop in a daemon thread) or as a process.
+# kube-apiserver answers them on the wire. Standard library, Debian's python3-h2 (and
+# python3-yaml only to read RBAC manifests) and the openssl command; nothing from kgpu.
+# It runs in-process (an asyncio loop in a daemon thread) or as a process.
 # Parts: apisim_wire.py (Status objects, selectors, watch-event conversion),
 # apisim_http.py (HTTP/1.1 and HTTP/2 transports), apisim_state.py (objects, revisions,
-# faults, observation), apisim_listwatch.py (list and watch), apisim_pki.py (test PKI,
-# kubeconfig). Import everything from this module.
+# faults, observation), apisim_listwatch.py (list and watch), apisim_rbac.py
+# (authorization table, RBAC manifests), apisim_pki.py (test PKI, kubeconfig, service
+# account files). Import everything from this module.
 #
 # ---------------------------------------------------------------------------------------
 # Python API (stable; later changes only add)
@@ -17,7 +19,9 @@
 #                              write_kubeconfig, write_serviceaccount)
 #   pki = make_pki(tmpdir + '/pki')                      # see apisim_pki.py
 #   sim = ApiServerSim(pki, port=0, http1_only=False, rbac=None, anonymous=False,
-#                      bookmark_interval=60.0, default_watch_timeout=1800.0)
+#                      bookmark_interval=60.0, default_watch_timeout=None)
+#       default_watch_timeout: seconds a watch without timeoutSeconds lasts (None: as
+#       the server, a random time in [1800, 3600))
 #   sim.start()          -> returns once listening; sim.port, sim.url ('https://127.0.0.1:P')
 #   sim.stop()           closes the listener and every connection, ends the thread
 #   with ApiServerSim(pki) as sim: ...                   # start/stop
@@ -28,13 +32,16 @@
 #   sim.set_node_label(name, key, value)   sim.remove_node_label(name, key)
 #   sim.set_node_labels(name, labels)      (replaces all labels)
 #   sim.delete_node(name)
+#   sim.touch_node(name)            a status-only MODIFIED (heartbeat), labels unchanged
 #   sim.add_pod(namespace, name, node_name='', annotations=None, containers=None,
 #               phase='Pending', labels=None) -> object
 #       containers: list of {'name': str, 'limits': {res: qty}} (or full container
 #       specs with 'resources'); default one container 'main' without limits.
 #   sim.update_pod(namespace, name, annotations=None, phase=None, node_name=None,
 #                  containers=None, labels=None, remove_annotations=())
-#   sim.delete_pod(namespace, name)
+#   sim.delete_pod(namespace, name, grace_seconds=None)   None: DELETED; a number: a
+#                                   graceful deletion (MODIFIED with deletionTimestamp and
+#                                   deletionGracePeriodSeconds; delete_pod again removes it)
 #   sim.put_object(resource, obj)   resource 'nodes'|'pods': stores obj as given (hostile
 #                                   content allowed), metadata.resourceVersion set
 #   sim.get_object(resource, name, namespace=None) -> dict or None
@@ -55,6 +62,7 @@
 #                                   Concepts page shows it; 'go': the zero object a Go server
 #                                   encodes (metadata.creationTimestamp null, empty spec/status)
 #   sim.set_anonymous(bool)         anonymous authentication on/off (default off: 401)
+#   sim.set_http1_only(bool)        ALPN for new connections: http/1.1 only, or h2 too
 #   sim.content_length_always = True   size every non-watch body (default: as net/http,
 #                                   bodies over 2 KiB (HTTP/1.1) / 4 KiB (HTTP/2) go chunked /
 #                                   unsized)
@@ -63,6 +71,8 @@
 #   sim.down(graceful=False)   stop accepting and close every connection (graceful:
 #                   watches end cleanly, HTTP/2 gets GOAWAY NO_ERROR, then the close);
 #                   sim.up() listens again on the same port
+#   sim.blackhole()  down, and the port accepts TCP connections that never get a TLS
+#                   answer (a hung server); sim.up() ends it
 #   sim.kubeconfig(path, user='kgpu-cluster', token=False, embed=True) -> path
 #                   a kubeconfig for this server and a user of the PKI (client
 #                   certificate, or with token=True its token file)
@@ -77,7 +87,9 @@
 #   sim.add_fault(kind, resource='*', verb='*', count=None, **params) -> fault id
 #       resource: 'nodes'|'pods'|'*'; verb: 'get'|'list'|'watch'|'*'; count: how many
 #       requests it hits (None: until removed). Kinds:
-#         'status'    code=401|403|410|429|500|503|..., retry_after=N, message=...;
+#         'status'    code=401|403|410|429|500|503|..., retry_after=N, message=...
+#                     (a real server never answers a watch with HTTP 410: an expired
+#                     watch is HTTP 200 and an ERROR event, see 'error_event');
 #                     429 is by default the plain-text answer of the priority-and-
 #                     fairness filter (Retry-After header); style='status' gives a
 #                     TooManyRequests Status with details.retryAfterSeconds instead
@@ -92,7 +104,7 @@
 #                     | 500 (InternalError) | other with reason=, message=
 #         'truncated' the list/get body stops half way and the connection closes
 #         'slow'      headers=s, events=s for the requests it hits
-#         'hang'      headers never come (until stop/down/cut)
+#         'hang'      headers never come (seconds=, default 3600; stop/down end it)
 #   sim.remove_fault(fid)   sim.clear_faults()
 #   sim.add_token(token, user, groups=())   sim.remove_token(token)   (the token table)
 #
@@ -195,14 +207,15 @@
 #  - Field selectors (fieldSelector=a=b,c!=d, "==" too): nodes support metadata.name
 #    and spec.unschedulable; pods metadata.name, metadata.namespace, spec.nodeName,
 #    spec.restartPolicy, spec.schedulerName, spec.serviceAccountName, spec.hostNetwork,
-#    status.phase, status.podIP, status.nominatedNodeName (pkg/apis/core/v1 field label
+#    status.phase, status.podIP, status.podIPs, status.nominatedNodeName, and spec.host
+#    as the old name of spec.nodeName (pkg/apis/core/v1/conversion.go field label
 #    conversion funcs); anything else: 400 BadRequest "field label not supported: X".
 #    Watch filtering as the cacher's cacheWatcher.convertToWatchEvent: an object that
 #    starts matching arrives as ADDED, keeps matching MODIFIED, stops matching DELETED
 #    (the previous object's content with the new resourceVersion).
 #  - Errors as Status objects: 404 NotFound '<resource> "<name>" not found' details
-#    {"name","kind"}; 429 TooManyRequests with Retry-After and details
-#    .retryAfterSeconds; 500 InternalError "Internal error occurred: ..." with
+#    {"name","kind"}; (style='status') 429 TooManyRequests with Retry-After and
+#    details.retryAfterSeconds; 500 InternalError "Internal error occurred: ..." with
 #    details.causes; headers Cache-Control "no-cache, private", Audit-Id.
 #  - Responses of 128 KiB or more are gzip-compressed when the client sends
 #    Accept-Encoding: gzip (APIResponseCompression); watch streams are not.
@@ -215,6 +228,10 @@
 #    Retry-After header (responsewriters.ErrorNegotiated).
 #  - Non-resource paths are authorized as verb get on the path: 'forbidden: User "u"
 #    cannot get path "/p"'; a permitted unknown path is Go's text "404 page not found".
+#  - Limits of the simulation: the TLS handshake trusts the test PKI's CA and rogue CA
+#    only (a certificate of any other CA fails the handshake instead of getting 401);
+#    only nodes and pods of the core group exist; no writes (POST/PUT/PATCH/DELETE are
+#    authorized, then 405); no YAML or protobuf; no APF queuing beyond injected 429s.
 #  - Watch cache window: the cacher keeps a window per resource; here one global
 #    compaction point plays it, and the second number of "too old resource version" is
 #    that point.
@@ -240,7 +257,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from apisim_pki import (make_pki, make_client_cert, write_kubeconfig, write_serviceaccount,  # noqa: E402,F401
                         read_token_file, SERVICEACCOUNT_USER)  # (re-exported)
 from apisim_wire import (CALL_TIMEOUT, DEFAULT_RBAC, GZIP_THRESHOLD, H1_BUFFER, H2_BUFFER,  # noqa: E402,F401
-                         MAX_REQUEST_HEADER, HttpError, _bad_request, _dumps, make_matcher, parse_field_selector,
+                         EXPIRED_LIST, MAX_REQUEST_HEADER, HttpError, _bad_request, _dumps, make_matcher,
+                         parse_field_selector,
                          parse_label_selector, status_obj, with_kind)
 from apisim_http import H1Conn, H2Conn, H2Responder  # noqa: E402
 
@@ -286,6 +304,8 @@ class ApiServerSim(SimState, ListWatch):
         self._changed = None
         self.content_length_always = False
         self._x509_cache = {}
+        self._blackhole = None
+        self._blackhole_conns = set()
         self.bookmark_style = 'docs'
 
     # --------------------------------------------------------------- life cycle
@@ -392,6 +412,12 @@ class ApiServerSim(SimState, ListWatch):
         if self._server is not None:
             self._server.close()
             self._server = None
+        if self._blackhole is not None:
+            self._blackhole.close()
+            self._blackhole = None
+        for w in list(self._blackhole_conns):
+            w.transport.abort()
+        self._blackhole_conns.clear()
         for c in list(self.conns):
             c.abort()
         self.conns.clear()
@@ -639,11 +665,12 @@ class ApiServerSim(SimState, ListWatch):
                                 {'causes': [{'message': m}]})
             elif code == 503:
                 ra = int(p.get('retry_after', 1))
-                st = status_obj(503, 'ServiceUnavailable', p.get('message', 'the server is currently unable to handle the request'),
+                st = status_obj(503, 'ServiceUnavailable',
+                                p.get('message', 'the server is currently unable to handle the request'),
                                 {'retryAfterSeconds': ra})
                 extra = [('Retry-After', str(ra))]
             elif code == 410:
-                st = status_obj(410, 'Expired', p.get('message', 'The resourceVersion for the provided list is too old.'))
+                st = status_obj(410, 'Expired', p.get('message', EXPIRED_LIST))
             else:
                 st = status_obj(code, p.get('reason', 'InternalError'), p.get('message', 'simulated error %d' % code))
             raise HttpError(code, st, extra)

@@ -213,7 +213,8 @@ class H1Conn(Conn):
                     headers[k.strip().lower()] = v.strip()
             n = int(headers.get('content-length', '0') or 0)
             if n > MAX_REQUEST_BODY or 'chunked' in headers.get('transfer-encoding', ''):
-                self.writer.write(b'HTTP/1.1 413 Request Entity Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n')
+                self.writer.write(b'HTTP/1.1 413 Request Entity Too Large\r\n'
+                                  b'Content-Length: 0\r\nConnection: close\r\n\r\n')
                 break
             if n:
                 try:

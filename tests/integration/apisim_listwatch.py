@@ -11,7 +11,8 @@ import random
 import time
 
 from apisim_http import H1Responder, H2Responder
-from apisim_wire import (CONTINUE_EXPIRED, CUT, KINDS, MIN_REQUEST_TIMEOUT, Event, HttpError, Watch, _bad_request,
+from apisim_wire import (CONTINUE_EXPIRED, EXPIRED_LIST, CUT, KINDS, MIN_REQUEST_TIMEOUT, Event, HttpError, Watch,
+                         _bad_request,
                          _dumps, _invalid, _invalid_list_options, _key, _keystr, _on_loop, status_obj, with_kind)
 
 
@@ -26,8 +27,8 @@ class ListWatch:
             raise _invalid_list_options('resourceVersionMatch', rvm,
                                         'resourceVersionMatch is forbidden unless resourceVersion is provided')
         if rvm and rvm not in ('Exact', 'NotOlderThan'):
-            raise HttpError(422, status_obj(422, 'Invalid', 'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: '
-                                            'Unsupported value: "%s": supported values: "Exact", "NotOlderThan"' % rvm))
+            raise _invalid([('resourceVersionMatch', 'NotSupported',
+                             'Unsupported value: "%s": supported values: "Exact", "NotOlderThan", ""' % rvm)])
         if rvm == 'Exact' and rvs == '0':
             raise _invalid_list_options('resourceVersionMatch', rvm,
                                         'resourceVersionMatch "exact" is forbidden for resourceVersion "0"')
@@ -49,7 +50,8 @@ class ListWatch:
                     except asyncio.TimeoutError:
                         pass
                 if self.rv < n:
-                    raise HttpError(504, status_obj(504, 'Timeout', 'Timeout: Too large resource version: %d, current: %d' % (n, self.rv),
+                    raise HttpError(504, status_obj(504, 'Timeout', 'Timeout: Too large resource version: %d, '
+                                                    'current: %d' % (n, self.rv),
                                                     {'causes': [{'reason': 'ResourceVersionTooLarge',
                                                                  'message': 'Too large resource version'}],
                                                      'retryAfterSeconds': 1}), [('Retry-After', '1')])
@@ -57,22 +59,26 @@ class ListWatch:
                 list_rv = self.rv
             if rvm == 'Exact':
                 if n < self.compacted:
-                    raise HttpError(410, status_obj(410, 'Expired', 'The resourceVersion for the provided list is too old.'))
+                    raise HttpError(410, status_obj(410, 'Expired', EXPIRED_LIST))
                 state = self._state_at(resource, n)
                 list_rv = n
         keys = sorted(state)
         start_after = None
         cont = req.query.get('continue', '')
         if cont:
-            if rvs:
-                raise _invalid([('resourceVersion', 'Forbidden', 'specifying resource version is not allowed when using continue')])
+            if rvm:
+                raise _invalid([('resourceVersionMatch', 'Forbidden',
+                                 'resourceVersionMatch is forbidden when continue is provided')])
+            if rvs not in ('', '0'):
+                raise _bad_request('specifying resource version is not allowed when using continue')
             try:
                 tok = json.loads(base64.urlsafe_b64decode(cont + '=' * (-len(cont) % 4)))
                 list_rv, start_after = int(tok['rv']), tok['start']
                 if tok.get('v') != 'meta.k8s.io/v1':
                     raise ValueError
             except (ValueError, KeyError, TypeError):
-                raise HttpError(400, status_obj(400, 'BadRequest', 'continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)'))
+                raise HttpError(400, status_obj(400, 'BadRequest', 'continue key is not valid: incorrect encoded '
+                                                'start resourceVersion (version meta.k8s.io/v1)'))
             if list_rv < self.compacted:
                 raise HttpError(410, status_obj(410, 'Expired', CONTINUE_EXPIRED))
             state = self._state_at(resource, list_rv)
@@ -255,7 +261,8 @@ class ListWatch:
         if code == 500:
             m = params.get('message', 'simulated failure')
             return status_obj(500, 'InternalError', 'Internal error occurred: ' + m, {'causes': [{'message': m}]})
-        return status_obj(code, params.get('reason', 'InternalError'), params.get('message', 'simulated error %d' % code))
+        return status_obj(code, params.get('reason', 'InternalError'),
+                          params.get('message', 'simulated error %d' % code))
 
     def _bookmark_object(self, resource, md):
         obj = {'kind': KINDS[resource][0], 'apiVersion': 'v1', 'metadata': md}

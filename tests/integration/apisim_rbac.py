@@ -17,10 +17,9 @@
 
 import os
 
-import yaml
-
 
 def _docs(item):
+    import yaml     # only when manifests are read: the simulator itself needs no YAML
     if isinstance(item, str) and os.path.exists(item):
         with open(item) as f:
             text = f.read()

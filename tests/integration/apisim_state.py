@@ -6,6 +6,7 @@
 
 import asyncio
 import copy
+import datetime
 import socket
 import threading
 import time
@@ -50,12 +51,63 @@ class SimState:
         """Listens again on the same port (returns once listening)."""
         if threading.get_ident() == self._loop_tid:
             if self._server is None:
-                asyncio.ensure_future(self._listen())
+                asyncio.ensure_future(self._up())
             return True
         if self._server is None:
-            asyncio.run_coroutine_threadsafe(self._listen(), self._loop).result(CALL_TIMEOUT)
+            asyncio.run_coroutine_threadsafe(self._up(), self._loop).result(CALL_TIMEOUT)
         return True
     up.public = True
+
+    async def _up(self):
+        if self._blackhole is not None:
+            self._blackhole.close()
+            await self._blackhole.wait_closed()
+            self._blackhole = None
+        await self._listen()
+
+    def set_http1_only(self, flag):
+        """ALPN offers only http/1.1 (True) or h2 and http/1.1 (False) to new connections;
+        open connections keep what they negotiated."""
+        self.http1_only = bool(flag)
+
+        async def relisten():
+            if self._server is not None:
+                self._server.close()
+                self._server = None
+                await self._listen()
+        if threading.get_ident() == self._loop_tid:
+            asyncio.ensure_future(relisten())
+        else:
+            asyncio.run_coroutine_threadsafe(relisten(), self._loop).result(CALL_TIMEOUT)
+        return True
+    set_http1_only.public = True
+
+    def blackhole(self):
+        """Down, and the port accepts TCP connections that never get a TLS answer (a
+        hung server: the client's connect and handshake timeouts decide). up() ends it."""
+        if threading.get_ident() == self._loop_tid:
+            self._close_all()
+            asyncio.ensure_future(self._start_blackhole())
+            return True
+        self.down()
+        asyncio.run_coroutine_threadsafe(self._start_blackhole(), self._loop).result(CALL_TIMEOUT)
+        return True
+    blackhole.public = True
+
+    async def _start_blackhole(self):
+        held = self._blackhole_conns
+
+        async def hold(reader, writer):
+            held.add(writer)
+            try:
+                while await reader.read(4096):
+                    pass                     # read and never answer
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                held.discard(writer)
+                writer.transport.abort()
+        self._blackhole = await asyncio.start_server(hold, self.host, self.port, reuse_address=True)
 
     def wait_up(self, timeout=10):
         end = time.time() + timeout
@@ -255,6 +307,16 @@ class SimState:
         prev = self._node(name)
         return self._commit('nodes', 'DELETED', copy.deepcopy(prev), prev)
 
+    @_on_loop
+    def touch_node(self, name):
+        """A status-only update (the Ready condition's heartbeat): MODIFIED, labels as they were."""
+        prev = self._node(name)
+        obj = copy.deepcopy(prev)
+        for c in obj.get('status', {}).get('conditions', []):
+            if isinstance(c, dict) and c.get('type') == 'Ready':
+                c['lastHeartbeatTime'] = _now()
+        return self._commit('nodes', 'MODIFIED', obj, prev)
+
     @staticmethod
     def _containers(containers):
         out = []
@@ -321,12 +383,31 @@ class SimState:
         return self._commit('pods', 'MODIFIED', obj, prev)
 
     @_on_loop
-    def delete_pod(self, namespace, name):
+    def delete_pod(self, namespace, name, grace_seconds=None):
+        """grace_seconds=None: the object goes (DELETED). A number: a graceful deletion as
+        the API server starts it for a pod bound to a node: MODIFIED with
+        metadata.deletionTimestamp (now + grace) and deletionGracePeriodSeconds; the pod
+        stays until delete_pod() again (the kubelet's final delete)."""
         prev = self._pod(namespace, name)
-        return self._commit('pods', 'DELETED', copy.deepcopy(prev), prev)
+        if grace_seconds is None:
+            return self._commit('pods', 'DELETED', copy.deepcopy(prev), prev)
+        obj = copy.deepcopy(prev)
+        when = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=int(grace_seconds))
+        obj['metadata']['deletionTimestamp'] = when.strftime('%Y-%m-%dT%H:%M:%SZ')
+        obj['metadata']['deletionGracePeriodSeconds'] = int(grace_seconds)
+        return self._commit('pods', 'MODIFIED', obj, prev)
 
     @_on_loop
     def put_object(self, resource, obj):
+        """Stores obj as given: anything may be odd except metadata (a dict) and its name
+        (and a pod's namespace), which key the object."""
+        if resource not in self.objects:
+            raise ValueError('unknown resource %r' % resource)
+        if not isinstance(obj, dict) or not isinstance(obj.get('metadata'), dict):
+            raise ValueError('put_object needs a dict with a metadata dict')
+        md = obj['metadata']
+        if not isinstance(md.get('name'), str) or (resource == 'pods' and not isinstance(md.get('namespace'), str)):
+            raise ValueError('put_object needs metadata.name (and a pod\'s metadata.namespace) as strings')
         obj = copy.deepcopy(obj)
         obj.pop('kind', None)
         obj.pop('apiVersion', None)

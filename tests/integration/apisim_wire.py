@@ -200,6 +200,7 @@ def with_kind(resource, obj):
     return out
 
 
+EXPIRED_LIST = 'The resourceVersion for the provided list is too old.'     # etcd3 store expiredMessage
 CONTINUE_EXPIRED = ('The provided continue parameter is too old to display a consistent list result. You can start '
                     'a new list without the continue parameter, or use the continue token in this response to '
                     'retrieve the remainder of the results. Continuing with the provided token results in an '
