@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <curl/curl.h>
 
@@ -40,6 +41,7 @@ struct KubeRequest {
         char *body;
         size_t body_len, body_allocated;
         int error;                      /* ours, set in the write callback */
+        uint32_t retry_after_sec;
         char error_text[CURL_ERROR_SIZE];
         KubeDataFunc on_data;
         KubeDoneFunc on_done;
@@ -220,6 +222,7 @@ static void request_finish(KubeRequest *q, CURLcode code) {
         } else
                 text[0] = '\0';
         resp.error_text = text;
+        resp.retry_after_sec = q->retry_after_sec;
         resp.body = q->body ?: "";
         resp.body_len = q->body_len;
 
@@ -261,6 +264,22 @@ static size_t on_header(char *ptr, size_t size, size_t nmemb, void *userdata) {
         size_t n = size * nmemb;
         long status = 0;
 
+        /* Retry-After in seconds (429 and 503 carry it; the HTTP-date form is ignored). */
+        if (n > 12 && strncasecmp(ptr, "retry-after:", 12) == 0) {
+                char v[16] = {};
+                size_t k = 0;
+                uint32_t sec;
+
+                for (size_t i = 12; i < n && k < sizeof(v) - 1; i++)
+                        if (ptr[i] >= '0' && ptr[i] <= '9')
+                                v[k++] = ptr[i];
+                        else if (!strchr(" \t\r\n", ptr[i])) {
+                                k = 0;
+                                break;
+                        }
+                if (k > 0 && safe_atou32(v, &sec) >= 0)
+                        q->retry_after_sec = MIN(sec, 600u);
+        }
         /* The blank line ends a header block; 1xx blocks are followed by another. */
         if (q->on_headers && ((n == 2 && ptr[0] == '\r' && ptr[1] == '\n') || (n == 1 && ptr[0] == '\n'))) {
                 (void) curl_easy_getinfo(q->easy, CURLINFO_RESPONSE_CODE, &status);

@@ -42,6 +42,7 @@ typedef struct KubeResponse {
         const char *body;               /* NUL-terminated; "" for a streamed 200 */
         size_t body_len;
         const char *http_version;       /* "HTTP/2", "HTTP/1.1", "" */
+        uint32_t retry_after_sec;       /* a Retry-After header in seconds (at most 600), 0: none */
 } KubeResponse;
 
 typedef int (*KubeDataFunc)(KubeRequest *q, const void *data, size_t len, void *userdata);

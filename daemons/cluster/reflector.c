@@ -133,7 +133,7 @@ static int on_retry(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
-static void schedule(Reflector *r, bool relist, bool backoff) {
+static void schedule_at_least(Reflector *r, bool relist, bool backoff, uint32_t min_sec) {
         uint64_t now = mono_now(r), wait = 0;
         int k;
 
@@ -145,6 +145,8 @@ static void schedule(Reflector *r, bool relist, bool backoff) {
                 r->last_failure_usec = now;
                 wait = reflector_backoff_usec(r->failures, random01());
         }
+        /* The server's Retry-After, as client-go honours it (bounded by kube-http). */
+        wait = MAX(wait, (uint64_t) min_sec * 1000000ULL);
         r->phase = REFLECTOR_WAITING;
         r->retry = sd_event_source_disable_unref(r->retry);
         k = sd_event_add_time(r->event, &r->retry, CLOCK_MONOTONIC, now + wait, 1000, on_retry, r);
@@ -158,6 +160,10 @@ static void schedule(Reflector *r, bool relist, bool backoff) {
                 log_debug("%s: next %s now.", r->ops->kind, relist ? "list" : "watch");
         if (r->ops->changed)
                 r->ops->changed(r);
+}
+
+static void schedule(Reflector *r, bool relist, bool backoff) {
+        schedule_at_least(r, relist, backoff, 0);
 }
 
 /* The Status in an error answer, in words. */
@@ -194,7 +200,7 @@ static void on_list_done(KubeRequest *q, const KubeResponse *resp, void *userdat
                 reflector_fail(r, "list failed: HTTP %ld (%s)%s", resp->status, text,
                                resp->status == 401 || resp->status == 403 ?
                                "; the credentials are read again before the next try" : "");
-                return schedule(r, true, true);
+                return schedule_at_least(r, true, true, resp->retry_after_sec);
         }
         k = kube_json_parse(resp->body, resp->body_len, &o);
         if (k < 0) {
@@ -361,7 +367,7 @@ static void on_watch_done(KubeRequest *q, const KubeResponse *resp, void *userda
                 schedule(r, true, resp->error != -ESTALE && resp->status != 410);
                 break;
         case REFLECTOR_NEXT_BACKOFF_WATCH:
-                schedule(r, false, true);
+                schedule_at_least(r, false, true, resp->error < 0 ? 0 : resp->retry_after_sec);
                 break;
         case REFLECTOR_NEXT_BACKOFF_RELIST:
                 schedule(r, true, true);

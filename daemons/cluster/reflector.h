@@ -14,7 +14,8 @@
  * or slow connection, a malformed List) is retried after an exponential backoff with
  * jitter, as client-go's: 0.8 s doubling up to 30 s, then uniformly up to twice that;
  * back to 0.8 s after a List is applied or a watch delivers an event or a bookmark (and,
- * as client-go, after 2 minutes without a failure). What the objects were stays in
+ * as client-go, after 2 minutes without a failure), and never shorter than the
+ * answer's Retry-After (429 and 503 from the server's priority and fairness filter). What the objects were stays in
  * force meanwhile: only a new List replaces it. Every failure is kept in last_error
  * (with its time) and reported to ops->changed, as is every change of `synced` and
  * `watching`.

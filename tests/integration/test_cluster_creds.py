@@ -13,11 +13,14 @@
 #  - a kubeconfig rewritten while it runs is loaded again before the next request: a
 #    client certificate of a user RBAC does not allow gives 403 in LastError, the right
 #    one back recovers, without a restart;
+#  - SIGHUP reads kgpu.yaml again: another cluster.nodeName is followed without a
+#    restart; an invalid one is refused and the node watched stays;
 #  - an API server certificate from another CA is refused (LastError names the TLS
 #    failure), never talked to.
 
 import os
 import shutil
+import signal
 import time
 
 import harness
@@ -108,6 +111,25 @@ def run(node):
         sim.set_node_label(NODE, LABEL, 'again')
         node.wait_cluster(lambda p: p['ConfigLabelValue'] == 'again', 20, 'a change after the kubeconfig came back')
         check('kubeconfig %s changed' % kc in node.daemons['cluster'].log_text(), 'reload not logged')
+
+        # SIGHUP with another cluster.nodeName in kgpu.yaml (the environment names none):
+        # that node's label, no restart.
+        node.daemons['cluster'].stop()
+        sim.add_node('node-d', labels={LABEL: 'other-node'})
+        node.write_config_extra('cluster:\n  kubeconfig: %s\n  nodeName: %s\n' % (kc, NODE))
+        d = node.start_clusterd(env={})
+        node.wait_cluster(lambda p: p['ConfigLabelValue'] == 'again', 20, 'node-c from kgpu.yaml')
+        node.write_config_extra('cluster:\n  kubeconfig: %s\n  nodeName: node-d\n' % kc)
+        pid = d.pid
+        d.send_signal(signal.SIGHUP)
+        p = node.wait_cluster(lambda p: p['NodeName'] == 'node-d' and p['ConfigLabelValue'] == 'other-node', 20,
+                              'node-d after SIGHUP')
+        check(d.pid == pid and d.alive(), 'restarted instead of reloaded')
+        node.write_config_extra('cluster:\n  nodeName: Not_A_Node\n')
+        d.send_signal(signal.SIGHUP)
+        node.wait_for(lambda: check('invalid node' in d.log_text(), 'refusal not logged'), 10)
+        check(node.cluster_properties()['NodeName'] == 'node-d', 'a refused reload changed the node')
+        node.write_config_extra('')
         node.daemons['cluster'].stop()
 
         # A server certificate of another CA: refused.

@@ -16,6 +16,7 @@
 #    List follows), a stream cut in the middle of an event, a garbage event line (a new
 #    List follows), an event over the size bound (a new List follows), a list that hangs
 #    (cluster.requestTimeoutSec), the server down and up again;
+#  - a 429 with Retry-After: the next watch comes no sooner than it says;
 #  - a rotated token file is read again: a wrong token gives 401, the right one back
 #    recovers without a restart;
 #  - kgpu-clusterd runs as kgpu-cluster (root only) and exits 0 on SIGTERM.
@@ -152,6 +153,17 @@ def run_with(node, sim, pki):
     expired_watch(sim)
     check(sim.wait_requests(lambda r: r['verb'] == 'list', timeout=15), 'no List after an expired watch')
     node.wait_cluster(lambda p: p['Connected'], 20, 'connected after the expired watch')
+    # 429 with Retry-After (the priority-and-fairness filter's plain-text answer): the next
+    # watch waits at least that long, whatever the backoff says.
+    fault_recovers(node, sim, '429', 'HTTP 429',
+                   lambda: (sim.add_fault('status', resource='pods', verb='watch', code=429, retry_after=3, count=1),
+                            sim.cut_watches('end', 'pods')))
+    pw = [r for r in sim.requests() if r['verb'] == 'watch' and r['resource'] == 'pods']
+    refused = [r for r in pw if r['status'] == 429]
+    check(refused, 'no 429 seen: %r' % pw)
+    later = [r for r in pw if r['time'] > refused[0]['time']]
+    check(later and later[0]['time'] - refused[0]['time'] >= 2.9,
+          'Retry-After 3 not honoured: %r' % [(r['status'], r['time']) for r in pw])
     fault_recovers(node, sim, 'cut mid-event', 'watch failed',
                    lambda: sim.cut_watches('mid-event'))
     fault_recovers(node, sim, 'garbage event', 'not JSON',
