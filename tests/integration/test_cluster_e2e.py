@@ -129,8 +129,9 @@ def label_switch(ctx):
     check(c['NodeConfigRequested'] == 'mps' and c['NodeConfigError'] == '', 'after mps: %r' % c)
 
     # Removed → the default again.
+    t = time.monotonic()
     ctx.sim.remove_node_label(NODE_NAME, LABEL)
-    wait_devices(node, RES_GPU, replicas(4), timeout=20)
+    wait_devices_since(node, RES_GPU, replicas(4), t)
     wait_withdrawn(node, RES_2GB)
     wait_withdrawn(node, RES_4GB)
     ctx.wait_node_config(lambda c: c['NodeConfigRequested'] == '' and c['NodeConfigError'] == '',
@@ -167,12 +168,19 @@ def label_switch(ctx):
     node.daemons['broker'].stop()
     ctx.sim.set_node_label(NODE_NAME, LABEL, 'ts2')
     time.sleep(1)
+    t = time.monotonic()
     node.restart_broker()
     ctx.wait_node_config(lambda c: c['NodeConfig'] == 'ts2' and c['NodeConfigRequested'] == 'ts2',
                          what='the label after a broker restart')
-    wait_devices(node, RES_GPU, replicas(2), timeout=20)
+    wait_devices_since(node, RES_GPU, replicas(2), t)
     check(ctx.clusterd.alive(), 'clusterd exited on the broker restart')
+    t = time.monotonic()
     ctx.sim.set_node_label(NODE_NAME, LABEL, 'mps')
+    # The kubelet simulator still holds the slices' last lists from the first switch:
+    # wait for the broker first, then for lists sent after the label changed.
+    ctx.wait_node_config(lambda c: c['NodeConfig'] == 'mps' and c['NodeConfigError'] == '', what='mps once more')
+    wait_withdrawn(node, RES_GPU)
+    wait_devices_since(node, RES_2GB, [L40S + '::0', L40S + '::1'], t, healthy=False)
 
     # The slices are usable only once the probe runs MPS for them: it must take the named
     # config's MPS section as its own policy (root's file in nvidiaConfigs.directory).
@@ -180,6 +188,23 @@ def label_switch(ctx):
     wait_devices(node, RES_4GB, [L40S + '::2'], timeout=20)
     a = node.kubelet.plugin(RES_4GB).allocate([L40S + '::2'])
     check(a['envs'].get('CUDA_MPS_PINNED_DEVICE_MEM_LIMIT') == '0=4096M', 'the 4 GB slice\'s answer: %r' % a)
+
+
+def wait_devices_since(node, resource, want, since, healthy=True, timeout=20):
+    """wait_devices(), but only a ListAndWatch update received after `since` counts
+    (the simulator keeps a resource's last list after its socket went, and the client
+    of a withdrawn resource until grpcd registers it again)."""
+    pred = (lambda d: sorted(x['id'] for x in d) == sorted(want) and
+            (not healthy or all(x['health'] == 'Healthy' for x in d)))
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return node.kubelet.plugin(resource, max(left, 0.1)).wait_update(pred, after=since,
+                                                                            timeout=max(min(left, 2), 0.1))
+        except TimeoutError:
+            if left <= 0:
+                raise
 
 
 def harness_ids(node, resource):
