@@ -11,7 +11,9 @@
 # with this node's Node object; the operator's steps of docs/CLUSTER.md are done as
 # written: the CA, client certificate and key under /etc/kgpu/cluster (root:kgpu-cluster
 # 0640), /etc/kgpu/kubeconfig naming them, cluster.kubeconfig and cluster.nodeName in
-# kgpu.yaml, `systemctl start kgpu-clusterd.service`. Checked: the unit is active, its
+# kgpu.yaml, `systemctl set-property kgpu-clusterd.service IPAddressAllow=` for the
+# server's address (the unit's properties show it beside IPAddressDeny), `systemctl
+# start kgpu-clusterd.service`. Checked: the unit is active, its
 # process runs as kgpu-cluster with no capabilities, owns io.kgpu.Cluster1, the
 # simulator saw its requests as user kgpu-cluster (the client certificate's CN: the
 # simulator knows no other way to name it) over TLS, a watch of this node opened, and a
@@ -68,6 +70,13 @@ def check_cluster(t):
         port = int(line.split()[1])
         client = sim_mod.SimClient(control)
         _configure(t, sim_mod, port)
+        # docs/CLUSTER.md's command for the API server's address (loopback here, which the
+        # unit allows anyway: this checks the command and where it leaves the setting).
+        p = t.sh('systemctl', 'set-property', CLUSTER_UNIT, 'IPAddressAllow=127.0.0.1', check_rc=False)
+        allow = t.unit_prop(CLUSTER_UNIT, 'IPAddressAllow')
+        t.check(p.returncode == 0 and '127.0.0.1' in allow and t.unit_prop(CLUSTER_UNIT, 'IPAddressDeny') != '',
+                'systemctl set-property %s IPAddressAllow= adds to the allow-list (%s), the deny-all stays'
+                % (CLUSTER_UNIT, allow), p.stderr)
         p = t.sh('systemctl', 'start', CLUSTER_UNIT, check_rc=False, timeout=60)
         up = t.wait(lambda: t.unit_prop(CLUSTER_UNIT, 'ActiveState') == 'active', 15, 'clusterd active')
         log = lambda: t.sh('journalctl', '--no-pager', '-o', 'cat', '-u', CLUSTER_UNIT, check_rc=False).stdout[-1500:]
