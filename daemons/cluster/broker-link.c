@@ -28,8 +28,29 @@ static void broker_link_send(Manager *m);
 static bool broker_gone(const sd_bus_error *e) {
         return sd_bus_error_has_names(e, "org.freedesktop.DBus.Error.ServiceUnknown",
                                       "org.freedesktop.DBus.Error.NameHasNoOwner",
-                                      "org.freedesktop.DBus.Error.NoReply",
                                       "org.freedesktop.DBus.Error.Disconnected");
+}
+
+static int on_node_config_retry(sd_event_source *s, uint64_t usec, void *userdata) {
+        Manager *m = userdata;
+
+        m->node_config_retry = sd_event_source_disable_unref(m->node_config_retry);
+        m->sent_node_config = false;
+        broker_link_send(m);
+        return 0;
+}
+
+/* Asks again later: the broker may take it then (a config file added, a broker that
+ * was too busy to answer). */
+static void node_config_retry(Manager *m) {
+        int r;
+
+        if (m->node_config_retry)
+                return;
+        r = sd_event_add_time_relative(m->event, &m->node_config_retry, CLOCK_MONOTONIC, BROKER_LINK_RETRY_USEC,
+                                       1000 * 1000, on_node_config_retry, m);
+        if (r < 0)
+                log_warning_errno(r, "Failed to schedule SetNodeConfig again, ignoring: %m");
 }
 
 static void set_broker_error(Manager *m, const char *s) {
@@ -52,12 +73,18 @@ static int on_node_config_reply(sd_bus_message *reply, void *userdata, sd_bus_er
                 /* Refused (an unknown or invalid config): the broker keeps the one in
                  * force; the value stays "sent" until it changes, so we do not insist. */
                 m->sent_node_config = true;
-                log_warning("io.kgpu.Broker1 refused SetNodeConfig('%s'): %s: %s", strempty_(m->sent_label_value),
-                            e->name, e->message ?: "");
+                node_config_retry(m);
                 if (asprintf(&text, "SetNodeConfig('%s'): %s: %s", strempty_(m->sent_label_value), e->name,
-                             e->message ?: "") >= 0)
-                        set_broker_error(m, text);
+                             e->message ?: "") < 0)
+                        return log_oom();
+                /* The same refusal again (a retry) is not worth a warning each time. */
+                log_full_errno(streq_ptr(text, m->broker_error) ? LOG_DEBUG : LOG_WARNING, 0,
+                               "io.kgpu.Broker1 refused SetNodeConfig('%s'): %s: %s (asking again in %llu s)",
+                               strempty_(m->sent_label_value), e->name, e->message ?: "",
+                               BROKER_LINK_RETRY_USEC / 1000000ULL);
+                set_broker_error(m, text);
         } else {
+                m->node_config_retry = sd_event_source_disable_unref(m->node_config_retry);
                 log_info("io.kgpu.Broker1 took SetNodeConfig('%s').", strempty_(m->sent_label_value));
                 set_broker_error(m, "");
         }
@@ -241,6 +268,7 @@ int broker_link_start(Manager *m) {
 
 void broker_link_done(Manager *m) {
         m->send_defer = sd_event_source_disable_unref(m->send_defer);
+        m->node_config_retry = sd_event_source_disable_unref(m->node_config_retry);
         m->node_config_call = sd_bus_slot_unref(m->node_config_call);
         m->gas_pods_call = sd_bus_slot_unref(m->gas_pods_call);
         m->broker_owner_slot = sd_bus_slot_unref(m->broker_owner_slot);

@@ -9,14 +9,17 @@
  * whole set) once the pods have been listed, each only when it differs from what the
  * broker last accepted. A new owner of io.kgpu.Broker1 (a broker restart) is sent both
  * again. The broker's refusals (io.kgpu.Error.UnknownConfig, .InvalidConfig, ...) are
- * logged and shown as BrokerError; a broker that is not running is no error (it gets
- * everything when it appears). Calls never start the broker.
+ * logged and shown as BrokerError; a refused or unanswered SetNodeConfig is sent again
+ * every BROKER_LINK_RETRY_USEC while the label stays (a config file added later is then
+ * taken, as the NVIDIA plugin's config manager retries). A broker that is not running is
+ * no error (it gets everything when it appears). Calls never start the broker.
  */
 #pragma once
 
 #include "daemons/cluster/manager.h"
 
 #define BROKER_LINK_DEFER_USEC (100 * 1000ULL)
+#define BROKER_LINK_RETRY_USEC (30 * 1000 * 1000ULL)
 
 int broker_link_start(Manager *m);
 void broker_link_schedule(Manager *m);

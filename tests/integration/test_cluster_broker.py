@@ -12,6 +12,8 @@
 #  - the label removed: the default (4 replicas), NodeConfigRequested "";
 #  - an unknown name: the config in force stays (4 replicas, NodeConfig ts4), the
 #    broker's UnknownConfig shows in Cluster1.BrokerError and in kgpu-clusterd's log;
+#  - the config file added afterwards is taken at the next retry (30 s), the label
+#    unchanged;
 #  - the label changed while the broker is stopped: the restarted broker gets it (a new
 #    owner of io.kgpu.Broker1 is sent the label again) and the kubelet sees it;
 #  - the API server down: the node keeps serving the config in force, and a label change
@@ -106,6 +108,14 @@ def run_with(node, sim, pki):
     check("nope" in p['BrokerError'], 'BrokerError %r' % p['BrokerError'])
     wait_broker(node, lambda p: p['NodeConfig'] == 'ts4' and p['NodeConfigRequested'] == 'nope', 'nope refused')
     check('refused SetNodeConfig' in node.daemons['cluster'].log_text(), 'refusal not logged')
+    # The file added afterwards: taken at the next retry (30 s), the label unchanged.
+    with open(os.path.join(CONFIGS, 'nope.yaml'), 'w') as f:
+        f.write(TS4.replace('replicas: 4', 'replicas: 3'))
+    os.chmod(os.path.join(CONFIGS, 'nope.yaml'), 0o644)
+    t = time.monotonic()
+    wait_list(node, replicas(3), t, timeout=45)
+    wait_broker(node, lambda p: p['NodeConfig'] == 'nope', 'nope.yaml taken on the retry')
+    node.wait_cluster(lambda p: p['BrokerError'] == '', 10, 'BrokerError cleared by the retry')
     sim.set_node_label(NODE, LABEL, 'ts4')
     node.wait_cluster(lambda p: p['BrokerError'] == '', 20, 'BrokerError cleared')
 

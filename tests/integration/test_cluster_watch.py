@@ -8,6 +8,7 @@
 #    (spec.nodeName), with allowWatchBookmarks and timeoutSeconds, and io.kgpu.Cluster1
 #    shows the label value and the count of Pending pods carrying gas-ts (a running
 #    pod, a pod without gas-ts and another node's pod are not counted);
+#  - over HTTP/2 both watches share one connection;
 #  - label set, changed, removed, and pod added, turned Running, deleted reach the
 #    properties live, with the watch's resourceVersion moving on;
 #  - each fault sets LastError (and its time) and the link recovers (Connected again,
@@ -58,6 +59,26 @@ def fault_recovers(node, sim, what, want, trigger, relist=False, timeout=30):
     if relist:
         lists = [r for r in sim.requests() if r['verb'] == 'list']
         check(lists, '%s: no new List after the fault' % what)
+
+
+def tcp_connections(pid, port):
+    """Established TCP connections of process pid to the given remote port."""
+    inodes = set()
+    for fd in os.listdir('/proc/%d/fd' % pid):
+        try:
+            link = os.readlink('/proc/%d/fd/%s' % (pid, fd))
+        except OSError:
+            continue
+        if link.startswith('socket:['):
+            inodes.add(link[8:-1])
+    n = 0
+    for table in ('/proc/%d/net/tcp' % pid, '/proc/%d/net/tcp6' % pid):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if cols[3] == '01' and int(cols[2].split(':')[1], 16) == port and cols[9] in inodes:
+                    n += 1
+    return n
 
 
 def expired_watch(sim):
@@ -114,6 +135,10 @@ def run_with(node, sim, pki):
               4 <= int(q['timeoutSeconds']) < 8, 'watch query %r' % q)
     check(all(r['user'] == 'kgpu-cluster' for r in reqs), 'users %r' % {r['user'] for r in reqs})
     check(any(r['proto'] == 'h2' for r in reqs), 'no HTTP/2: %r' % {r['proto'] for r in reqs})
+
+    # HTTP/2 multiplexing: both watches on one TCP connection to the server.
+    conns = tcp_connections(node.daemons['cluster'].pid, sim.port)
+    check(conns == 1, 'kgpu-clusterd holds %d connections to the API server, expected 1 (h2)' % conns)
 
     # Live changes.
     rv0 = p['NodeResourceVersion']
