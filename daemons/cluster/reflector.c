@@ -70,12 +70,14 @@ int reflector_url(const char *path, const char *selector, bool watch, const char
 }
 
 ReflectorNext reflector_after_watch(int error, long status, bool short_lived) {
-        if (error == -ESTALE || error == -EBADMSG || error == -EMSGSIZE)
-                return REFLECTOR_NEXT_RELIST;   /* too old, or an event we could not read */
+        /* Too old: a new List at once, unless the server keeps saying so at once (a loop). */
+        if (error == -ESTALE || (error >= 0 && status == 410))
+                return short_lived ? REFLECTOR_NEXT_BACKOFF_RELIST : REFLECTOR_NEXT_RELIST;
+        /* An event we could not read: we may have missed a change. */
+        if (error == -EBADMSG || error == -EMSGSIZE)
+                return REFLECTOR_NEXT_BACKOFF_RELIST;
         if (error < 0)
                 return REFLECTOR_NEXT_BACKOFF_WATCH;
-        if (status == 410)
-                return REFLECTOR_NEXT_RELIST;
         if (status != 200)
                 return REFLECTOR_NEXT_BACKOFF_WATCH;
         /* Ended by the server (timeoutSeconds): again at once, unless it keeps ending
@@ -261,7 +263,6 @@ static int on_watch_line(const char *line, size_t len, void *userdata) {
         k = kube_watch_event_read(ev, &type, &obj, &reason);
         if (k < 0)
                 goto bad;
-        r->watch_events++;
         if (type == KUBE_WATCH_ERROR) {
                 KubeStatus st = {};
                 _cleanup_free_ char *s = NULL;
@@ -291,6 +292,7 @@ static int on_watch_line(const char *line, size_t len, void *userdata) {
         k = free_and_strdup(&r->rv, rv);
         if (k < 0)
                 return k;
+        r->watch_events++;
         r->failures = 0;        /* the server answers sensibly again */
         log_debug("%s: %s at resourceVersion %s.", r->ops->kind, kube_watch_type_to_string(type), rv);
         if (r->ops->changed)
@@ -363,8 +365,7 @@ static void on_watch_done(KubeRequest *q, const KubeResponse *resp, void *userda
                 request_watch(r);
                 break;
         case REFLECTOR_NEXT_RELIST:
-                /* At once the first time; a server that keeps expiring us is backed off. */
-                schedule(r, true, resp->error != -ESTALE && resp->status != 410);
+                schedule(r, true, false);
                 break;
         case REFLECTOR_NEXT_BACKOFF_WATCH:
                 schedule_at_least(r, false, true, resp->error < 0 ? 0 : resp->retry_after_sec);

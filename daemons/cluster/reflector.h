@@ -8,8 +8,10 @@
  * being Config.cluster_min_watch_timeout_sec (client-go: 5 minutes). Each event goes to
  * ops->apply; every event and bookmark moves the resourceVersion on. A watch the server
  * ends normally is opened again at once from the last resourceVersion. 410 Gone (as HTTP
- * status or as an ERROR event carrying a Status with code 410), a malformed event and
- * an event over REFLECTOR_EVENT_MAX bytes make it list again; everything else that goes
+ * status or as an ERROR event carrying a Status with code 410) makes it list again at
+ * once (after a backoff when the watch brought nothing before it, so a server that
+ * always says 410 is not hammered); a malformed event and an event over
+ * REFLECTOR_EVENT_MAX bytes make it list again after a backoff; everything else that goes
  * wrong (401/403 after which the token is read again, 429, 5xx, a refused, timed out, cut
  * or slow connection, a malformed List) is retried after an exponential backoff with
  * jitter, as client-go's: 0.8 s doubling up to 30 s, then uniformly up to twice that;
@@ -112,5 +114,6 @@ typedef enum ReflectorNext {
 } ReflectorNext;
 /* What follows the end of a watch: error is KubeResponse.error (or what on_data
  * returned: -ESTALE for a 410 ERROR event, -EBADMSG, -EMSGSIZE), status its HTTP status,
- * short whether it ended within a second without a single event. */
+ * short whether it ended within a second without a single event or bookmark (ERROR
+ * events do not count). */
 ReflectorNext reflector_after_watch(int error, long status, bool short_lived);

@@ -8,6 +8,7 @@
 #    (spec.nodeName), with allowWatchBookmarks and timeoutSeconds, and io.kgpu.Cluster1
 #    shows the label value and the count of Pending pods carrying gas-ts (a running
 #    pod, a pod without gas-ts and another node's pod are not counted);
+#  - everyone may read io.kgpu.Cluster1, nobody else may own it;
 #  - over HTTP/2 both watches share one connection;
 #  - label set, changed, removed, and pod added, turned Running, deleted reach the
 #    properties live, with the watch's resourceVersion moving on;
@@ -17,6 +18,7 @@
 #    List follows), a stream cut in the middle of an event, a garbage event line (a new
 #    List follows), an event over the size bound (a new List follows), a list that hangs
 #    (cluster.requestTimeoutSec), the server down and up again;
+#  - a server answering every watch with 410 gets backed-off lists, not a loop;
 #  - a 429 with Retry-After: the next watch comes no sooner than it says;
 #  - a rotated token file is read again: a wrong token gives 401, the right one back
 #    recovers without a restart;
@@ -136,6 +138,17 @@ def run_with(node, sim, pki):
     check(all(r['user'] == 'kgpu-cluster' for r in reqs), 'users %r' % {r['user'] for r in reqs})
     check(any(r['proto'] == 'h2' for r in reqs), 'no HTTP/2: %r' % {r['proto'] for r in reqs})
 
+    # The bus policy (dbus/io.kgpu.Cluster1.conf): everyone reads; only kgpu-cluster and
+    # root may own the name.
+    if node.root:
+        r = node.busctl('get-property', harness.CLUSTER_BUS, harness.CLUSTER_PATH, harness.CLUSTER_BUS,
+                        'ConfigLabelValue', user='nobody')
+        check(r['data'] == 'ts4', 'nobody reads %r' % r)
+        r = node.busctl('call', 'org.freedesktop.DBus', '/org/freedesktop/DBus', 'org.freedesktop.DBus',
+                        'RequestName', 'su', harness.CLUSTER_BUS, '0', user='nobody', check=False, json_out=False)
+        out = r.stdout + r.stderr
+        check(r.returncode != 0 and b'denied' in out.lower(), 'nobody may own io.kgpu.Cluster1: %r' % out)
+
     # HTTP/2 multiplexing: both watches on one TCP connection to the server.
     conns = tcp_connections(node.daemons['cluster'].pid, sim.port)
     check(conns == 1, 'kgpu-clusterd holds %d connections to the API server, expected 1 (h2)' % conns)
@@ -189,6 +202,15 @@ def run_with(node, sim, pki):
     later = [r for r in pw if r['time'] > refused[0]['time']]
     check(later and later[0]['time'] - refused[0]['time'] >= 2.9,
           'Retry-After 3 not honoured: %r' % [(r['status'], r['time']) for r in pw])
+    # A server that answers every watch with 410: lists are backed off, not a loop.
+    fid = sim.add_fault('status', resource='nodes', verb='watch', code=410)
+    sim.clear_requests()
+    sim.cut_watches('end', 'nodes')
+    time.sleep(4)
+    n = len([r for r in sim.requests() if r['verb'] == 'list' and r['resource'] == 'nodes'])
+    sim.remove_fault(fid)
+    check(1 <= n <= 6, '%d Node lists in 4 s against a server always answering 410' % n)
+    node.wait_cluster(lambda p: p['Connected'], 60, 'connected after the 410 storm')
     fault_recovers(node, sim, 'cut mid-event', 'watch failed',
                    lambda: sim.cut_watches('mid-event'))
     fault_recovers(node, sim, 'garbage event', 'not JSON',
