@@ -178,8 +178,22 @@ static void describe_status(const KubeResponse *resp, char *buf, size_t size) {
                 snprintf(buf, size, "%s%s%s", st.reason, !isempty(st.reason) && !isempty(st.message) ? ": " : "",
                          st.message);
                 kube_status_done(&st);
-        } else
-                snprintf(buf, size, "no Status in the answer");
+        } else {
+                /* Not a Status (the priority-and-fairness filter answers 429 in plain
+                 * text): its first line, printable ASCII only, bounded. */
+                size_t j = 0;
+
+                for (size_t i = 0; i < resp->body_len && i < 200 && j + 1 < size; i++) {
+                        char ch = resp->body[i];
+
+                        if (ch == '\n' || ch == '\r')
+                                break;
+                        buf[j++] = ch >= 0x20 && ch < 0x7f ? ch : '?';
+                }
+                buf[j] = '\0';
+                if (j == 0)
+                        snprintf(buf, size, "no Status in the answer");
+        }
 }
 
 static int start_request(Reflector *r, const char *url, bool watch, uint32_t timeout_sec);

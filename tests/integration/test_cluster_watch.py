@@ -17,7 +17,8 @@
 #    watch (a new List follows), an ERROR event with a 410 Status after compaction (a new
 #    List follows), a stream cut in the middle of an event, a garbage event line (a new
 #    List follows), an event over the size bound (a new List follows), a list that hangs
-#    (cluster.requestTimeoutSec), the server down and up again;
+#    (cluster.requestTimeoutSec), the server down and up again, an ERROR event 500, a
+#    server that accepts TCP and never answers TLS;
 #  - a server answering every watch with 410 gets backed-off lists, not a loop;
 #  - a 429 with Retry-After: the next watch comes no sooner than it says;
 #  - a rotated token file is read again: a wrong token gives 401, the right one back
@@ -193,7 +194,7 @@ def run_with(node, sim, pki):
     node.wait_cluster(lambda p: p['Connected'], 20, 'connected after the expired watch')
     # 429 with Retry-After (the priority-and-fairness filter's plain-text answer): the next
     # watch waits at least that long, whatever the backoff says.
-    fault_recovers(node, sim, '429', 'HTTP 429',
+    fault_recovers(node, sim, '429', 'HTTP 429 (Too many requests',
                    lambda: (sim.add_fault('status', resource='pods', verb='watch', code=429, retry_after=3, count=1),
                             sim.cut_watches('end', 'pods')))
     pw = [r for r in sim.requests() if r['verb'] == 'watch' and r['resource'] == 'pods']
@@ -202,8 +203,9 @@ def run_with(node, sim, pki):
     later = [r for r in pw if r['time'] > refused[0]['time']]
     check(later and later[0]['time'] - refused[0]['time'] >= 2.9,
           'Retry-After 3 not honoured: %r' % [(r['status'], r['time']) for r in pw])
-    # A server that answers every watch with 410: lists are backed off, not a loop.
-    fid = sim.add_fault('status', resource='nodes', verb='watch', code=410)
+    # A server that expires every watch at once (HTTP 200, ERROR event 410): lists are
+    # backed off, not a loop.
+    fid = sim.add_fault('error_event', resource='nodes', verb='watch', code=410)
     sim.clear_requests()
     sim.cut_watches('end', 'nodes')
     time.sleep(4)
@@ -228,6 +230,13 @@ def run_with(node, sim, pki):
                             sim.cut_watches('end', 'pods')), relist=True)
     fault_recovers(node, sim, 'server down', 'failed',
                    lambda: (sim.down(), time.sleep(1.5), sim.up()))
+    # An ERROR event 500 ends the watch: LastError, then a watch again after a backoff.
+    fault_recovers(node, sim, 'ERROR event 500', 'ERROR event: 500',
+                   lambda: (sim.add_fault('error_event', resource='pods', verb='watch', code=500, count=1),
+                            sim.cut_watches('end', 'pods')))
+    # A hung server (TCP accepted, no TLS answer): the connect limit (requestTimeoutSec 3).
+    fault_recovers(node, sim, 'blackhole', 'timeout',
+                   lambda: (sim.blackhole(), time.sleep(5), sim.up()))
     # What it knew survived every fault.
     p = node.cluster_properties()
     check(p['GasPods'] == 1, 'pods after the faults: %r' % p)
