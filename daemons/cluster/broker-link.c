@@ -92,6 +92,15 @@ static int on_node_config_reply(sd_bus_message *reply, void *userdata, sd_bus_er
         return 0;
 }
 
+static int on_gas_pods_retry(sd_event_source *s, uint64_t usec, void *userdata) {
+        Manager *m = userdata;
+
+        m->gas_pods_retry = sd_event_source_disable_unref(m->gas_pods_retry);
+        m->sent_gas_pods = false;
+        broker_link_send(m);
+        return 0;
+}
+
 static int on_gas_pods_reply(sd_bus_message *reply, void *userdata, sd_bus_error *ret_error) {
         Manager *m = userdata;
         const sd_bus_error *e = sd_bus_message_get_error(reply);
@@ -105,6 +114,12 @@ static int on_gas_pods_reply(sd_bus_message *reply, void *userdata, sd_bus_error
                         return 0;
                 }
                 m->sent_gas_pods = true;
+                /* No answer in time: the broker may be busy, ask again later. A refusal
+                 * of the set itself would only be repeated: wait for the next change. */
+                if (sd_bus_error_has_name(e, "org.freedesktop.DBus.Error.NoReply") && !m->gas_pods_retry &&
+                    sd_event_add_time_relative(m->event, &m->gas_pods_retry, CLOCK_MONOTONIC,
+                                               BROKER_LINK_RETRY_USEC, 1000 * 1000, on_gas_pods_retry, m) < 0)
+                        log_warning("Failed to schedule SetGasPods again, ignoring.");
                 log_warning("io.kgpu.Broker1 refused SetGasPods: %s: %s", e->name, e->message ?: "");
                 if (asprintf(&text, "SetGasPods: %s: %s", e->name, e->message ?: "") >= 0)
                         set_broker_error(m, text);
@@ -269,6 +284,7 @@ int broker_link_start(Manager *m) {
 void broker_link_done(Manager *m) {
         m->send_defer = sd_event_source_disable_unref(m->send_defer);
         m->node_config_retry = sd_event_source_disable_unref(m->node_config_retry);
+        m->gas_pods_retry = sd_event_source_disable_unref(m->gas_pods_retry);
         m->node_config_call = sd_bus_slot_unref(m->node_config_call);
         m->gas_pods_call = sd_bus_slot_unref(m->gas_pods_call);
         m->broker_owner_slot = sd_bus_slot_unref(m->broker_owner_slot);

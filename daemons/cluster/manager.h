@@ -54,7 +54,7 @@ typedef struct Manager {
         sd_bus_slot *broker_owner_slot;
         sd_bus_slot *node_config_call, *gas_pods_call;
         sd_event_source *send_defer;
-        sd_event_source *node_config_retry;
+        sd_event_source *node_config_retry, *gas_pods_retry;
         bool sent_node_config;          /* what we sent is what the broker holds */
         char *sent_label_value;
         bool sent_gas_pods;
