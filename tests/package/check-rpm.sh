@@ -9,7 +9,7 @@
 # systemd-sysusers, systemd-tmpfiles, getfacl/setfacl and libraries the scriptlets
 # and kgpu-probed need), each in a private mount namespace: `rpm --root=R --initdb`
 # and `rpm --root=R -i --nodeps`, then checks that every file of the package is in R
-# (`rpm -V`), that %post created the users kgpu and kgpu-broker, that the kubelet's
+# (`rpm -V`), that %post created the users kgpu, kgpu-broker and kgpu-cluster, that the kubelet's
 # directories (made before, 0750 and 0755) keep their mode, owner and ACL and that
 # %post made no NFD or CDI directory; with kgpu's label file and CDI specs and another
 # vendor's files put in place (as a running probe and others would), `rpm -e` removes
@@ -98,7 +98,7 @@ pkg=$pkg old=$old root=$root work=$work unshare -m --propagation private sh -eu 
         else
                 printf "%s\n" "$v"; bad "rpm -V"
         fi
-        for u in kgpu kgpu-broker; do
+        for u in kgpu kgpu-broker kgpu-cluster; do
                 if grep -q "^$u:" "$m/etc/passwd"; then ok "%post created user $u"
                 else bad "%post did not create user $u"; fi
         done

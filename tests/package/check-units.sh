@@ -4,10 +4,12 @@
 #
 # Contract: `check-units.sh SRCDIR BUILDDIR`. 1) `systemd-analyze security
 # --offline=true` on the units generated in BUILDDIR/units must stay at or under
-# grpcd 1.5, broker 1.5, probe 4.0 (DESIGN/issue 6 targets), an MPS daemon's unit
-# (kgpu-mps@.service, root with CAP_SETUID/CAP_SETGID) 2.0; each score is printed. The
-# three daemons' system call filters leave out @privileged and @resources (the probe's
-# too, though it is root).
+# grpcd 1.5, broker 1.5, probe 4.0 (DESIGN/issue 6 targets), kgpu-clusterd 2.0 (issue
+# 14: it needs AF_INET/AF_INET6 and the host's network, limited by IPAddressDeny=), an
+# MPS daemon's unit (kgpu-mps@.service, root with CAP_SETUID/CAP_SETGID) 2.0; each score
+# is printed. The four daemons' system call filters leave out @privileged and @resources
+# (the probe's too, though it is root); kgpu-clusterd's unit holds no device, no
+# capability, only AF_UNIX AF_INET AF_INET6 and IPAddressDeny=any.
 # 2) The .deb (built or taken from the cache by build-packages.sh) is unpacked into a
 # scratch root and `systemd-analyze verify --root=... --man=no` runs on its units: exit
 # 0 and nothing at all on stderr. (Man page references are checked in the install test,
@@ -21,7 +23,7 @@ command -v systemd-analyze >/dev/null || { echo "SKIP: no systemd-analyze"; exit
 fail=0
 
 # The MPS template is scored as an instance (its name: a GPU UUID).
-for spec in kgpu-grpcd:1.5 kgpu-brokerd:1.5 kgpu-probed:4.0 kgpu-mps@GPU-00000000-0000-0000-0000-000000000000:2.0; do
+for spec in kgpu-grpcd:1.5 kgpu-brokerd:1.5 kgpu-probed:4.0 kgpu-clusterd:2.0 kgpu-mps@GPU-00000000-0000-0000-0000-000000000000:2.0; do
         unit=${spec%%:*}.service limit=${spec#*:}
         out=$(cd "$build/units" && systemd-analyze security --offline=true --no-pager "$unit" 2>&1) || true
         score=$(printf '%s\n' "$out" | sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p')
@@ -46,7 +48,26 @@ for spec in kgpu-grpcd:1.5 kgpu-brokerd:1.5 kgpu-probed:4.0 kgpu-mps@GPU-0000000
         done
 done
 
-for unit in kgpu-grpcd kgpu-brokerd kgpu-probed kgpu-mps@; do
+# kgpu-clusterd: what the issue asks of the API server's client, line by line.
+cl=$build/units/kgpu-clusterd.service
+for want in 'User=kgpu-cluster' 'CapabilityBoundingSet=' 'AmbientCapabilities=' 'PrivateDevices=yes' \
+            'RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6' 'IPAddressDeny=any' 'ProtectSystem=strict' \
+            'Restart=on-failure' 'NoNewPrivileges=yes'; do
+        if grep -qx "$want" "$cl"; then
+                echo "ok: kgpu-clusterd.service: $want"
+        else
+                echo "FAIL: kgpu-clusterd.service lacks $want"
+                fail=1
+        fi
+done
+for bad in '^DeviceAllow=' '^ReadWritePaths=' '^StateDirectory=' '^SupplementaryGroups='; do
+        if grep -q "$bad" "$cl"; then
+                echo "FAIL: kgpu-clusterd.service has $(grep "$bad" "$cl")"
+                fail=1
+        fi
+done
+
+for unit in kgpu-grpcd kgpu-brokerd kgpu-probed kgpu-clusterd kgpu-mps@; do
         for key in MemoryMax TasksMax; do
                 if grep -Eq "^$key=[0-9]+[KMGT]?\$" "$build/units/$unit.service"; then
                         echo "ok: $unit.service $(grep "^$key=" "$build/units/$unit.service")"
@@ -76,7 +97,8 @@ for p in /bin/kill /usr/bin/kill /bin/mkdir /usr/bin/mkdir /bin/sh; do
 done
 err=$(cd "$root" && systemd-analyze verify --root="$root" --man=no \
         lib/systemd/system/kgpu-probed.service lib/systemd/system/kgpu-brokerd.service \
-        lib/systemd/system/kgpu-grpcd.service lib/systemd/system/kgpu-mps@.service \
+        lib/systemd/system/kgpu-grpcd.service lib/systemd/system/kgpu-clusterd.service \
+        lib/systemd/system/kgpu-mps@.service \
         lib/systemd/system/kgpu.target 2>&1 >/dev/null) && rc=0 || rc=$?
 if [ "$rc" != 0 ] || [ -n "$err" ]; then
         echo "FAIL: systemd-analyze verify (exit $rc):"; printf '%s\n' "$err"

@@ -21,7 +21,10 @@
 # intel.pciGroupingLevel reaching the label file; MPS control daemons outliving a probe
 # restart (their own section); `apt-get remove kgpu` (then purge) taking the label file
 # and kgpu's CDI specs, keeping other vendors' files and leaving the kubelet's
-# directories exactly as they were. Prints one line per check; exit status 0 only if
+# directories exactly as they were; kgpu-clusterd (in_container_cluster.py): stopped by
+# itself without credentials, then started against the API server simulator with a
+# kubeconfig and client certificate, as kgpu-cluster, a node label reaching the broker.
+# Prints one line per check; exit status 0 only if
 # every check passed. The probe runs under umockdev through a unit drop-in installed
 # here (test only).
 
@@ -34,6 +37,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import in_container_cluster  # noqa: E402
+
 PAYLOAD = '/kgpu-test'
 PLUGIN_DIR = '/var/lib/kubelet/device-plugins'
 POD_RESOURCES = '/var/lib/kubelet/pod-resources/kubelet.sock'
@@ -45,7 +51,8 @@ FEATURE_FILE = '/etc/kubernetes/node-feature-discovery/features.d/kgpu'
 CDI_DIR = '/var/run/cdi'
 KGPU_CDI_SPECS = ('kgpu-intel-gpu.json', 'kgpu-nvidia.yaml')
 UNITS = ['kgpu-probed.service', 'kgpu-brokerd.service', 'kgpu-grpcd.service']
-THRESHOLDS = {'kgpu-grpcd.service': 1.5, 'kgpu-brokerd.service': 1.5, 'kgpu-probed.service': 4.0}
+THRESHOLDS = {'kgpu-grpcd.service': 1.5, 'kgpu-brokerd.service': 1.5, 'kgpu-probed.service': 4.0,
+              'kgpu-clusterd.service': 2.0}
 # Layout two-gpus: resource -> GPU id.
 TWO_GPUS = {'gpu.intel.com/i915': '0000:03:00.0', 'gpu.intel.com/xe': '0000:04:00.0'}
 WATCHDOG_SEC = 2
@@ -525,7 +532,7 @@ def main():
     if not check(p.returncode == 0, 'dpkg --configure kgpu', p.stdout + p.stderr):
         return
     check(os.path.isfile('/etc/kgpu/kgpu.yaml'), 'default /etc/kgpu/kgpu.yaml installed (the daemons start with it)')
-    for user in ('kgpu', 'kgpu-broker'):
+    for user in ('kgpu', 'kgpu-broker', 'kgpu-cluster'):
         try:
             pw = pwd.getpwnam(user)
             check(pw.pw_uid < 1000 and pw.pw_uid != 0, 'postinst created system user %s (uid %d)' % (user, pw.pw_uid))
@@ -545,6 +552,8 @@ def main():
         state = wait(lambda: unit_prop(u, 'ActiveState') == 'active', 10, u)
         check(state, '%s active' % u, 'state %s; %s' % (
             unit_prop(u, 'ActiveState'), sh('journalctl', '--no-pager', '-n', '30', '-u', u, check_rc=False).stdout))
+    # Without a cluster configuration kgpu-clusterd stops by itself, cleanly.
+    in_container_cluster.check_no_credentials(sys.modules[__name__])
 
     for u, user in (('kgpu-grpcd.service', 'kgpu'), ('kgpu-brokerd.service', 'kgpu-broker'),
                     ('kgpu-probed.service', 'root')):
@@ -737,8 +746,11 @@ def main():
 
     check_mps_survives_probe_restart()
 
+    # --- kgpu-clusterd against the API server simulator (in_container_cluster.py) -----
+    in_container_cluster.check_cluster(sys.modules[__name__])
+
     # --- unit checks -----------------------------------------------------------------
-    files = ['/lib/systemd/system/%s' % u for u in UNITS + ['kgpu.target']]
+    files = ['/lib/systemd/system/%s' % u for u in UNITS + ['kgpu-clusterd.service', 'kgpu.target']]
     p = sh('systemd-analyze', 'verify', *files, check_rc=False)
     check(p.returncode == 0 and p.stderr.strip() == '', 'systemd-analyze verify: nothing on stderr', p.stderr)
     for u, limit in THRESHOLDS.items():

@@ -31,8 +31,10 @@ cache=${1:-${KGPU_TEST_CACHE:-/var/cache/kgpu-test}}
 # The runtime dependencies of the .deb are in the root so that dpkg -i works offline;
 # python3-grpcio/-grpc-tools/-protobuf run the kubelet simulator, umockdev the
 # simulated GPUs; acl (getfacl) shows that nothing sets ACLs on the kubelet's
-# directories, and has the setfacl the upgrade from 0.1.0 uses.
-pkgs=systemd,systemd-sysv,dbus,udev,acl,procps,man-db,python3,python3-grpcio,python3-grpc-tools,python3-pkg-resources,python3-protobuf,umockdev,libnghttp2-14,libprotobuf-c1,libyaml-0-2,libsqlite3-0,libcap-ng0
+# directories, and has the setfacl the upgrade from 0.1.0 uses; libcurl4 and libjson-c5
+# are kgpu-clusterd's, python3-h2 and openssl run the API server simulator and make its
+# test PKI.
+pkgs=systemd,systemd-sysv,dbus,udev,acl,procps,man-db,python3,python3-grpcio,python3-grpc-tools,python3-pkg-resources,python3-protobuf,umockdev,libnghttp2-14,libprotobuf-c1,libyaml-0-2,libsqlite3-0,libcap-ng0,libcurl4,libjson-c5,python3-h2,openssl
 
 if [ $system_bus = dbus-broker ]; then
         pkgs=$(printf '%s\n' "$pkgs" | sed 's/,dbus,/,dbus-broker,/')

@@ -47,7 +47,9 @@ payload=$work/payload results=$work/results
 mkdir -p "$payload/proto" "$results"
 cp "$debdir"/kgpu_*.deb "$testbed" "$src/tests/data/testbeds/two-gpus.umockdev" \
    "$src/tests/integration/kubelet_sim.py" "$here/in-container.py" \
-   "$here/kgpu-testbed.service" "$here/probe-testbed.conf" "$here/kgpu-kubelet-sim.service" "$payload/"
+   "$here/kgpu-testbed.service" "$here/probe-testbed.conf" "$here/kgpu-kubelet-sim.service" \
+   "$here/in_container_cluster.py" "$src/tests/integration/apiserver_sim.py" \
+   "$src"/tests/integration/apisim_*.py "$payload/"
 cp "$src"/daemons/grpc/proto/*.proto "$payload/proto/"
 echo "$system_bus" >"$payload/system-bus"
 # The fake NVIDIA tools and their recordings (the MPS section of in-container.py).
