@@ -196,15 +196,11 @@ int free_and_strdup(char **p, const char *s) {
         return 0;
 }
 
-int read_one_line_file_at(int dir_fd, const char *path, size_t max, char **ret) {
-        _cleanup_close_ int fd = -EBADF;
+int read_fd_bounded(int fd, size_t max, char **ret, size_t *ret_len) {
         _cleanup_free_ char *buf = NULL;
         size_t n = 0;
         ssize_t k;
 
-        fd = openat(dir_fd, path, O_RDONLY|O_CLOEXEC|O_NOCTTY);
-        if (fd < 0)
-                return negative_errno();
         buf = malloc(max + 1);
         if (!buf)
                 return -ENOMEM;
@@ -222,6 +218,24 @@ int read_one_line_file_at(int dir_fd, const char *path, size_t max, char **ret) 
                         return -EFBIG;
         }
         buf[n] = 0;
+        if (ret_len)
+                *ret_len = n;
+        *ret = TAKE_PTR(buf);
+        return 0;
+}
+
+int read_one_line_file_at(int dir_fd, const char *path, size_t max, char **ret) {
+        _cleanup_close_ int fd = -EBADF;
+        _cleanup_free_ char *buf = NULL;
+        size_t n = 0;
+        int r;
+
+        fd = openat(dir_fd, path, O_RDONLY|O_CLOEXEC|O_NOCTTY);
+        if (fd < 0)
+                return negative_errno();
+        r = read_fd_bounded(fd, max, &buf, &n);
+        if (r < 0)
+                return r;
         if (memchr(buf, 0, n))
                 return -EBADMSG;
         if (n > 0 && buf[n - 1] == '\n')

@@ -53,6 +53,9 @@ int free_and_strdup(char **p, const char *s);
 
 /* Reads a whole small file (at most max bytes, else -EFBIG), NUL-terminated, with one
  * trailing newline stripped. dir_fd may be AT_FDCWD. */
+/* Reads all of fd into a NUL-terminated buffer of at most max bytes (-EFBIG beyond);
+ * *ret_len (may be NULL) gets the length read. */
+int read_fd_bounded(int fd, size_t max, char **ret, size_t *ret_len);
 int read_one_line_file_at(int dir_fd, const char *path, size_t max, char **ret);
 /* The one atomic file writer of kgpu: writes data to dir_fd/path via a new temp file
  * next to it (".<name>.<16 random hex digits>", created with O_EXCL|O_NOFOLLOW, so

@@ -35,28 +35,14 @@ static int read_bounded(const char *path, char **ret) {
         _cleanup_close_ int fd = -EBADF;
         _cleanup_free_ char *buf = NULL;
         size_t len = 0;
+        int r;
 
         fd = open(path, O_RDONLY|O_CLOEXEC|O_NOCTTY);
         if (fd < 0)
                 return -errno;
-        buf = malloc(LABELS_FILE_MAX + 1);
-        if (!buf)
-                return -ENOMEM;
-        for (;;) {
-                ssize_t k = read(fd, buf + len, LABELS_FILE_MAX + 1 - len);
-
-                if (k < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                if (k == 0)
-                        break;
-                len += (size_t) k;
-                if (len > LABELS_FILE_MAX)
-                        return -EFBIG;
-        }
-        buf[len] = 0;
+        r = read_fd_bounded(fd, LABELS_FILE_MAX, &buf, &len);
+        if (r < 0)
+                return r;
         if (strlen(buf) != len)
                 return -EBADMSG;        /* NUL bytes */
         *ret = TAKE_PTR(buf);

@@ -120,6 +120,7 @@ static int read_file_bounded(const char *path, size_t max, char **ret, size_t *r
         _cleanup_free_ char *buf = NULL;
         struct stat st;
         size_t n = 0;
+        int r;
 
         fd = open(path, O_RDONLY|O_CLOEXEC|O_NOCTTY);
         if (fd < 0)
@@ -128,24 +129,9 @@ static int read_file_bounded(const char *path, size_t max, char **ret, size_t *r
                 return -errno;
         if (!S_ISREG(st.st_mode))
                 return -EBADFD;
-        buf = malloc(max + 1);
-        if (!buf)
-                return -ENOMEM;
-        for (;;) {
-                ssize_t k = read(fd, buf + n, max + 1 - n);
-
-                if (k < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                if (k == 0)
-                        break;
-                n += (size_t) k;
-                if (n > max)
-                        return -EFBIG;
-        }
-        buf[n] = '\0';
+        r = read_fd_bounded(fd, max, &buf, &n);
+        if (r < 0)
+                return r;
         if (ret_len)
                 *ret_len = n;
         if (ret_st)
